@@ -1,0 +1,15 @@
+"""The statistics engine: exponent histograms, scalar statistics and cast counts."""
+
+from tandv_tb.stats.engine import Pending, compute, fetch, tensor_stats
+from tandv_tb.stats.record import COUNTS, STATISTICS, NumericsRecord, TensorStats
+
+__all__ = [
+    "COUNTS",
+    "STATISTICS",
+    "NumericsRecord",
+    "Pending",
+    "TensorStats",
+    "compute",
+    "fetch",
+    "tensor_stats",
+]

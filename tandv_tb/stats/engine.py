@@ -1,0 +1,186 @@
+"""Which kernel computes a tensor's statistics, and the one transfer per step.
+
+- Host arrays (numpy, torch CPU tensors, jax arrays on the CPU) go to the compiled CPU
+  kernel (``_cpu_kernel``): there is no device, so results are ready at once.
+- Tensors on an accelerator and jax tracers (inside ``jax.jit``) go to the branch-free
+  array kernel (``_array_kernel``), which leaves its small result vectors on the device.
+  ``fetch`` brings all of them to the host in one transfer per library.
+
+Torch, jax and numpy are imported only when a value of theirs is seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from tandv_tb import formats as fmt
+from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
+from tandv_tb.stats._cpu_kernel import compute_cpu
+from tandv_tb.stats.record import TensorStats
+
+
+@dataclasses.dataclass
+class Pending:
+    """Statistics of one tensor, possibly still on its device (no host sync has happened)."""
+
+    dtype: str
+    formats: tuple[str, ...]
+    counts: object  # int vector (numpy, or on the tensor's device)
+    moments: object  # float vector (numpy, or on the tensor's device)
+
+
+def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
+    """Canonical format names; ``ValueError`` naming the first unknown one."""
+    if isinstance(formats, str):
+        formats = (formats,)
+    return tuple(fmt.numpy_dtype(name).name for name in formats)
+
+
+def compute(tensor: object, formats: Sequence[str] = ()) -> Pending:
+    """Start computing a float tensor's statistics on its own device, without a sync.
+
+    Accepts torch tensors, jax arrays (also tracers inside ``jax.jit``) and numpy arrays
+    of any float dtype. Raises ``TypeError`` naming what it got for anything else
+    (integer, bool, complex, strings, None, meta or sparse tensors).
+    """
+    formats = check_formats(formats)
+    module = type(tensor).__module__.split(".")[0]
+    if module == "torch":
+        return _compute_torch(tensor, formats)
+    if module in ("jax", "jaxlib"):
+        return _compute_jax(tensor, formats)
+    if isinstance(tensor, np.ndarray | np.generic):
+        return _compute_numpy(np.asarray(tensor), formats)
+    raise TypeError(
+        f"expected a float torch tensor, jax array or numpy array, got {type(tensor).__name__}"
+    )
+
+
+def _float_dtype_name(dtype: object) -> str:
+    try:
+        name = fmt.canonical_name(dtype)
+    except (TypeError, ValueError):
+        raise TypeError(f"expected a floating-point tensor, got dtype {dtype}") from None
+    if fmt.numpy_dtype(name).kind not in "fV":
+        raise TypeError(f"expected a floating-point tensor, got dtype {dtype}")
+    return name
+
+
+def _host_values(values: np.ndarray, dtype: str) -> np.ndarray:
+    wide = np.float64 if dtype == "float64" else np.float32
+    return values.reshape(-1).astype(wide, copy=False)
+
+
+def _compute_numpy(array: np.ndarray, formats: tuple[str, ...]) -> Pending:
+    dtype = _float_dtype_name(array.dtype)
+    counts, moments = compute_cpu(_host_values(array, dtype), dtype, formats)
+    return Pending(dtype, formats, counts, moments)
+
+
+def _compute_torch(tensor, formats: tuple[str, ...]) -> Pending:
+    import torch
+
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
+    if tensor.is_meta:
+        raise TypeError("got a meta tensor: it has no values to compute statistics of")
+    if tensor.layout != torch.strided:
+        raise TypeError(f"got a {tensor.layout} tensor: only dense (strided) tensors are read")
+    dtype = _float_dtype_name(tensor.dtype)
+    wide = torch.float64 if dtype == "float64" else torch.float32
+    values = tensor.detach().reshape(-1).to(wide)
+    if values.device.type == "cpu":
+        counts, moments = compute_cpu(values.numpy(), dtype, formats)
+    else:
+        counts, moments = compute_arrays(_torch_ops(), values, dtype, formats)
+    return Pending(dtype, formats, counts, moments)
+
+
+def _compute_jax(array, formats: tuple[str, ...]) -> Pending:
+    import jax
+
+    dtype = _float_dtype_name(array.dtype)
+    if isinstance(array, jax.core.Tracer):
+        counts, moments = compute_arrays(_jax_ops(), _jax_values(array, dtype), dtype, formats)
+    elif all(device.platform == "cpu" for device in array.devices()):
+        counts, moments = compute_cpu(_host_values(np.asarray(array), dtype), dtype, formats)
+    else:
+        counts, moments = _jitted_jax_kernel(dtype, formats)(array)
+    return Pending(dtype, formats, counts, moments)
+
+
+def _jax_values(array, dtype: str):
+    import jax.numpy as jnp
+
+    return jnp.ravel(array).astype(jnp.float64 if dtype == "float64" else jnp.float32)
+
+
+@functools.cache
+def _jitted_jax_kernel(dtype: str, formats: tuple[str, ...]):
+    import jax
+
+    return jax.jit(lambda a: compute_arrays(_jax_ops(), _jax_values(a, dtype), dtype, formats))
+
+
+@functools.cache
+def _torch_ops() -> TorchOps:
+    return TorchOps()
+
+
+@functools.cache
+def _jax_ops() -> JaxOps:
+    return JaxOps()
+
+
+def fetch(pending: Sequence[Pending]) -> list[TensorStats]:
+    """Bring many tensors' statistics to the host: one transfer per device library."""
+    host = [None] * len(pending)
+    torch_items = [(i, p) for i, p in enumerate(pending) if _library(p.counts) == "torch"]
+    jax_items = [(i, p) for i, p in enumerate(pending) if _library(p.counts) == "jax"]
+    for i, p in enumerate(pending):
+        if _library(p.counts) == "numpy":
+            host[i] = (p.counts, p.moments)
+    if torch_items:
+        for (i, _), pair in zip(torch_items, _fetch_torch([p for _, p in torch_items])):
+            host[i] = pair
+    if jax_items:
+        import jax
+
+        pairs = jax.device_get([(p.counts, p.moments) for _, p in jax_items])
+        for (i, _), pair in zip(jax_items, pairs):
+            host[i] = pair
+    return [
+        TensorStats.unpack(p.dtype, p.formats, counts, moments)
+        for p, (counts, moments) in zip(pending, host)
+    ]
+
+
+def _library(value: object) -> str:
+    module = type(value).__module__.split(".")[0]
+    return {"torch": "torch", "jax": "jax", "jaxlib": "jax"}.get(module, "numpy")
+
+
+def _fetch_torch(pending: Sequence[Pending]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One device-to-host copy per device for all torch results (moments as int64 bits)."""
+    import torch
+
+    result = {}
+    for device in {p.counts.device for p in pending}:
+        group = [(i, p) for i, p in enumerate(pending) if p.counts.device == device]
+        parts = []
+        for _, p in group:
+            parts += [p.counts.reshape(-1), p.moments.to(torch.float64).view(torch.int64)]
+        flat = torch.cat(parts).cpu().numpy()
+        pieces = np.split(flat, np.cumsum([part.numel() for part in parts])[:-1])
+        for k, (i, _) in enumerate(group):
+            result[i] = (pieces[2 * k], pieces[2 * k + 1].view(np.float64))
+    return [result[i] for i in range(len(pending))]
+
+
+def tensor_stats(tensor: object, formats: Sequence[str] = ()) -> TensorStats:
+    """``compute`` and ``fetch`` for one tensor."""
+    return fetch([compute(tensor, formats)])[0]

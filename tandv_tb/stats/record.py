@@ -1,0 +1,234 @@
+"""Host-side results of the statistics engine.
+
+``TensorStats`` holds *sufficient* statistics of one tensor (or of several calls of one
+module in one step): counts, the exponent histogram, cast counts per format and scaled
+moments. Two of them merge exactly (``merge``); ``to_record`` turns one into the
+``NumericsRecord`` that is written to disk and served: the contract's counts, bins and
+scalar statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from tandv_tb import formats as fmt
+
+#: The contract's scalar statistics, in their stored order.
+STATISTICS = (
+    "mean",
+    "std",
+    "mean_abs",
+    "max_abs",
+    "min_abs",
+    "min_abs_nonzero",
+    "rm2",
+    "rm4",
+    "rm8",
+)
+#: The contract's counts, in their stored order.
+COUNTS = ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count")
+#: The layout of the engine's float vector: the finite values x are scaled by ``scale``
+#: (their max |x|, or 1 when that is 0) so no power overflows; s = x / scale.
+MOMENTS = (
+    "scale",
+    "sum_s",  # sum(s)
+    "sum_abs_s",  # sum(|s|)
+    "sum_s2",  # sum(s**2)
+    "sum_s4",  # sum(s**4)
+    "sum_s8",  # sum(s**8)
+    "m2_s",  # sum((s - mean(s))**2)
+    "max_abs",  # max |x| (0 when there is no finite value)
+    "min_abs",  # min |x| (inf when there is no finite value)
+    "min_abs_nonzero",  # min |x| over x != 0 (inf when there is none)
+)
+_POWERS = {"sum_s2": 2, "sum_s4": 4, "sum_s8": 8}
+
+
+@dataclasses.dataclass
+class NumericsRecord:
+    """One tracked tensor at one step: what is stored on disk and served.
+
+    ``counts[i]`` is the number of finite non-zero values x with
+    ``floor(log2|x|) == bins_lo + i``; only the non-empty range is kept (``counts`` is
+    empty when there is no such value). ``statistics`` maps every name of ``STATISTICS`` to
+    a float (NaN where undefined); ``underflow``/``overflow`` map format names to exact
+    counts for the formats recorded at tracking time.
+    """
+
+    dtype: str
+    numel: int
+    zero_count: int
+    nan_count: int
+    posinf_count: int
+    neginf_count: int
+    bins_lo: int
+    counts: np.ndarray
+    statistics: dict[str, float]
+    underflow: dict[str, int] = dataclasses.field(default_factory=dict)
+    overflow: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def finite_count(self) -> int:
+        return self.numel - self.nan_count - self.posinf_count - self.neginf_count
+
+    def exponent_histogram(self) -> dict[int, int]:
+        """``{n: count}`` for every non-empty bin."""
+        return {self.bins_lo + i: int(c) for i, c in enumerate(self.counts) if c}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NumericsRecord):
+            return NotImplemented
+        mine, theirs = dataclasses.asdict(self), dataclasses.asdict(other)
+        same_counts = np.array_equal(mine.pop("counts"), theirs.pop("counts"))
+        same_stats = all(
+            _same_float(self.statistics[k], other.statistics.get(k, math.nan)) for k in STATISTICS
+        )
+        mine.pop("statistics"), theirs.pop("statistics")
+        return same_counts and same_stats and mine == theirs
+
+
+def _same_float(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+@dataclasses.dataclass
+class TensorStats:
+    """Mergeable statistics of one tensor, decoded from the engine's packed output.
+
+    ``hist[i]`` counts the finite non-zero values with exponent ``hist_lo + i``; the
+    histogram spans the whole exponent range of ``dtype``.
+    """
+
+    dtype: str
+    numel: int
+    zero_count: int
+    nan_count: int
+    posinf_count: int
+    neginf_count: int
+    hist_lo: int
+    hist: np.ndarray
+    formats: tuple[str, ...]
+    underflow: np.ndarray
+    overflow: np.ndarray
+    moments: dict[str, float]
+
+    @classmethod
+    def unpack(
+        cls, dtype: str, formats: tuple[str, ...], counts: np.ndarray, moments: np.ndarray
+    ) -> TensorStats:
+        """Decode the engine's vectors (``engine_layout`` gives their lengths)."""
+        info = fmt.info(dtype)
+        counts = np.asarray(counts, dtype=np.int64)
+        head, rest = counts[: len(COUNTS)], counts[len(COUNTS) :]
+        hist, casts = rest[: info.n_bins], rest[info.n_bins :]
+        return cls(
+            dtype=info.name,
+            numel=int(head[0]),
+            zero_count=int(head[1]),
+            nan_count=int(head[2]),
+            posinf_count=int(head[3]),
+            neginf_count=int(head[4]),
+            hist_lo=info.min_exponent,
+            hist=hist.copy(),
+            formats=tuple(formats),
+            underflow=casts[0::2].copy(),
+            overflow=casts[1::2].copy(),
+            moments={k: float(v) for k, v in zip(MOMENTS, np.asarray(moments, np.float64))},
+        )
+
+    @property
+    def finite_count(self) -> int:
+        return self.numel - self.nan_count - self.posinf_count - self.neginf_count
+
+    def merge(self, other: TensorStats) -> TensorStats:
+        """Statistics of the two tensors' values together (exact for counts and bins)."""
+        if self.formats != other.formats:
+            raise ValueError(f"cannot merge stats of formats {self.formats} and {other.formats}")
+        lo = min(self.hist_lo, other.hist_lo)
+        hi = max(self.hist_lo + len(self.hist), other.hist_lo + len(other.hist))
+        hist = np.zeros(hi - lo, dtype=np.int64)
+        for part in (self, other):
+            hist[part.hist_lo - lo : part.hist_lo - lo + len(part.hist)] += part.hist
+        wider = max(self.dtype, other.dtype, key=lambda d: (fmt.info(d).n_bins, d))
+        return TensorStats(
+            dtype=wider,
+            numel=self.numel + other.numel,
+            zero_count=self.zero_count + other.zero_count,
+            nan_count=self.nan_count + other.nan_count,
+            posinf_count=self.posinf_count + other.posinf_count,
+            neginf_count=self.neginf_count + other.neginf_count,
+            hist_lo=lo,
+            hist=hist,
+            formats=self.formats,
+            underflow=self.underflow + other.underflow,
+            overflow=self.overflow + other.overflow,
+            moments=_merge_moments(self, other),
+        )
+
+    def to_record(self) -> NumericsRecord:
+        """The contract's counts and statistics, with the histogram trimmed."""
+        nonzero = np.flatnonzero(self.hist)
+        if len(nonzero):
+            first, last = int(nonzero[0]), int(nonzero[-1])
+            bins_lo, counts = self.hist_lo + first, self.hist[first : last + 1].copy()
+        else:
+            bins_lo, counts = 0, np.zeros(0, dtype=np.int64)
+        return NumericsRecord(
+            dtype=self.dtype,
+            numel=self.numel,
+            zero_count=self.zero_count,
+            nan_count=self.nan_count,
+            posinf_count=self.posinf_count,
+            neginf_count=self.neginf_count,
+            bins_lo=bins_lo,
+            counts=counts,
+            statistics=self._statistics(),
+            underflow={f: int(c) for f, c in zip(self.formats, self.underflow)},
+            overflow={f: int(c) for f, c in zip(self.formats, self.overflow)},
+        )
+
+    def _statistics(self) -> dict[str, float]:
+        n = self.finite_count
+        if n == 0:
+            return dict.fromkeys(STATISTICS, math.nan)
+        m = self.moments
+        scale = m["scale"]
+        min_nonzero = m["min_abs_nonzero"]
+        return {
+            "mean": scale * (m["sum_s"] / n),
+            "std": scale * math.sqrt(max(m["m2_s"], 0.0) / n),
+            "mean_abs": scale * (m["sum_abs_s"] / n),
+            "max_abs": m["max_abs"],
+            "min_abs": m["min_abs"],
+            "min_abs_nonzero": min_nonzero if math.isfinite(min_nonzero) else math.nan,
+            **{f"rm{p}": scale * (m[key] / n) ** (1.0 / p) for key, p in _POWERS.items()},
+        }
+
+
+def _merge_moments(a: TensorStats, b: TensorStats) -> dict[str, float]:
+    """Combine scaled moments: rescale both to the larger scale, merge M2 (Chan et al.)."""
+    na, nb = a.finite_count, b.finite_count
+    if na == 0 or nb == 0:
+        return dict((a if nb == 0 else b).moments)
+    ma, mb = a.moments, b.moments
+    scale = max(ma["scale"], mb["scale"])
+    ra, rb = ma["scale"] / scale, mb["scale"] / scale
+    merged = {"scale": scale}
+    for key in ("sum_s", "sum_abs_s"):
+        merged[key] = ma[key] * ra + mb[key] * rb
+    for key, p in _POWERS.items():
+        merged[key] = ma[key] * ra**p + mb[key] * rb**p
+    delta = mb["sum_s"] * rb / nb - ma["sum_s"] * ra / na
+    merged["m2_s"] = ma["m2_s"] * ra**2 + mb["m2_s"] * rb**2 + delta**2 * na * nb / (na + nb)
+    merged["max_abs"] = max(ma["max_abs"], mb["max_abs"])
+    merged["min_abs"] = min(ma["min_abs"], mb["min_abs"])
+    merged["min_abs_nonzero"] = min(ma["min_abs_nonzero"], mb["min_abs_nonzero"])
+    return merged
+
+
+def engine_layout(dtype: str, formats: tuple[str, ...]) -> tuple[int, int]:
+    """Lengths of the engine's count and moment vectors for a dtype and formats."""
+    return len(COUNTS) + fmt.info(dtype).n_bins + 2 * len(formats), len(MOMENTS)

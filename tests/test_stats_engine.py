@@ -1,0 +1,268 @@
+"""The statistics engine against the independent numpy/ml_dtypes reference.
+
+Every source (numpy, torch on the CPU kernel, torch on the accelerator kernel run on the
+CPU, jax, jax under ``jax.jit``) and every float dtype, on crafted and on random tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from tandv_tb import formats as fmt
+from tandv_tb.stats import STATISTICS, engine
+from tandv_tb.stats._array_kernel import TorchOps, compute_arrays
+from tandv_tb.stats.record import TensorStats
+from tests.reference import crafted, random_binades, reference
+
+DTYPES = ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
+FORMATS = (
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float16",
+    "bfloat16",
+    "float4_e2m1fn",
+    "float6_e3m2fn",
+    "float8_e8m0fnu",
+)
+SOURCES = ["numpy", "torch", "torch-device-kernel", "jax", "jax-jit"]
+
+
+def _torch_tensor(values: np.ndarray) -> torch.Tensor:
+    name = values.dtype.name
+    if name in ("float64", "float32", "float16"):
+        return torch.from_numpy(values.copy())
+    uint = {1: np.uint8, 2: np.uint16}[values.dtype.itemsize]
+    return torch.from_numpy(values.view(uint).copy()).view(getattr(torch, name))
+
+
+def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
+    dtype = values.dtype.name
+    if source == "numpy":
+        return engine.tensor_stats(values, formats)
+    if source == "torch":
+        return engine.tensor_stats(_torch_tensor(values), formats)
+    if source == "torch-device-kernel":
+        wide = torch.float64 if dtype == "float64" else torch.float32
+        flat = _torch_tensor(values).reshape(-1).to(wide)
+        counts, moments = compute_arrays(TorchOps(), flat, dtype, formats)
+        return TensorStats.unpack(dtype, formats, counts.numpy(), moments.numpy())
+    if source == "jax":
+        return engine.tensor_stats(jnp.asarray(values), formats)
+    if source == "jax-jit":
+        pending = _jitted(formats)(jnp.asarray(values))
+        return TensorStats.unpack(dtype, formats, np.asarray(pending[0]), np.asarray(pending[1]))
+    raise AssertionError(source)
+
+
+@functools.cache
+def _jitted(formats):
+    def kernel(x):
+        pending = engine.compute(x, formats)
+        return pending.counts, pending.moments
+
+    return jax.jit(kernel)
+
+
+def _float32_sums(source: str, dtype: str) -> bool:
+    """Sources whose moments are summed in float32 (the array kernel on float32 data)."""
+    return source in ("torch-device-kernel", "jax-jit") and dtype != "float64"
+
+
+def assert_matches(stats: TensorStats, values: np.ndarray, formats, rtol: float) -> None:
+    record = stats.to_record()
+    ref = reference(values, formats)
+    for key in ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count"):
+        assert getattr(record, key) == ref[key], key
+    assert record.exponent_histogram() == ref["bins"]
+    info = fmt.info(values.dtype.name)
+    assert all(info.min_exponent <= n <= info.max_exponent for n in ref["bins"])
+    assert record.underflow == ref["underflow"]
+    assert record.overflow == ref["overflow"]
+    expected = ref["statistics"]
+    for key in STATISTICS:
+        got, want = record.statistics[key], expected[key]
+        if math.isnan(want):
+            assert math.isnan(got), key
+            continue
+        assert math.isfinite(got), key
+        scale = expected["rm2"] if key == "mean" else abs(want)
+        assert abs(got - want) <= rtol * scale, (key, got, want)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_crafted_values(source, dtype):
+    if source.startswith("jax") and dtype == "float64":
+        pytest.skip("jax computes in float32 unless x64 is enabled")
+    values = crafted(dtype)
+    stats = stats_from(source, values)
+    assert_matches(stats, values, FORMATS, rtol=1e-5 if _float32_sums(source, dtype) else 1e-9)
+
+
+@functools.cache
+def _random(dtype: str) -> np.ndarray:
+    return random_binades(dtype, 2_000_000, binades=60, seed=DTYPES.index(dtype))
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_random_millions_spanning_60_binades(source, dtype):
+    if source.startswith("jax") and dtype == "float64":
+        pytest.skip("jax computes in float32 unless x64 is enabled")
+    values = _random(dtype)
+    stats = stats_from(source, values)
+    assert_matches(stats, values, FORMATS, rtol=1e-4 if _float32_sums(source, dtype) else 1e-9)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("shape", [(0,), (0, 3), ()])
+def test_empty_and_zero_dim(source, shape):
+    values = np.full(shape, 2.5, dtype=np.float32)
+    record = stats_from(source, values).to_record()
+    assert record.numel == values.size
+    if values.size == 0:
+        assert all(math.isnan(v) for v in record.statistics.values())
+        assert len(record.counts) == 0
+    else:
+        assert record.statistics["mean"] == 2.5 and record.statistics["std"] == 0.0
+        assert record.exponent_histogram() == {1: 1}
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_no_finite_value_gives_counts_and_nan(source):
+    values = np.array([np.nan, np.inf, -np.inf, np.nan], dtype=np.float32)
+    record = stats_from(source, values).to_record()
+    assert (record.nan_count, record.posinf_count, record.neginf_count) == (2, 1, 1)
+    assert all(math.isnan(v) for v in record.statistics.values())
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_contract_cast_examples(source):
+    values = np.array([464, 470, 2.0**-10, 3 * 2.0**-11, -464, -470], dtype=np.float32)
+    record = stats_from(source, values, ("float8_e4m3fn",)).to_record()
+    assert record.overflow == {"float8_e4m3fn": 2}  # 470 -> NaN, 464 -> 448
+    assert record.underflow == {"float8_e4m3fn": 1}  # 2**-10 -> 0, 3*2**-11 -> 2**-9
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_no_intermediate_overflow_and_stable_std(source):
+    big = np.full(1000, 1e5, dtype=np.float32)
+    assert stats_from(source, big).to_record().statistics["rm8"] == pytest.approx(1e5, rel=1e-6)
+    huge = np.full(1000, 3e38, dtype=np.float32)
+    stats = stats_from(source, huge).to_record().statistics
+    assert stats["mean"] == pytest.approx(3e38, rel=1e-6)
+    assert stats["rm8"] == pytest.approx(3e38, rel=1e-6)
+    layer_norm = (1 + 1e-4 * np.random.default_rng(1).standard_normal(4096)).astype(np.float32)
+    got = stats_from(source, layer_norm).to_record().statistics["std"]
+    assert got == pytest.approx(layer_norm.astype(np.float64).std(), rel=1e-3)
+
+
+def test_torch_float8_and_noncontiguous_tensors():
+    base = torch.randn(64, 48) * 100
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float16):
+        tensor = base.to(dtype)
+        record = engine.tensor_stats(tensor.t(), FORMATS).to_record()
+        values = tensor.t().float().numpy().astype(fmt.numpy_dtype(str(dtype)[6:]))
+        assert record.exponent_histogram() == reference(values)["bins"]
+    strided = base[::2, 1::3]
+    record = engine.tensor_stats(strided).to_record()
+    assert record.numel == strided.numel()
+    assert record.statistics["max_abs"] == float(strided.abs().max())
+    expanded = torch.randn(5, 1).expand(5, 7)
+    assert engine.tensor_stats(expanded).to_record().numel == 35
+
+
+def test_requires_grad_tensor_is_read_without_changing_it():
+    weight = torch.randn(10, requires_grad=True)
+    before = weight.detach().clone()
+    engine.tensor_stats(weight)
+    assert torch.equal(weight.detach(), before) and weight.grad is None
+
+
+def test_many_tensors_one_fetch_and_merge_is_exact():
+    rng = np.random.default_rng(3)
+    parts = [rng.standard_normal(n).astype(np.float32) * 10.0**k for n, k in [(100, 0), (7, 3)]]
+    pending = [engine.compute(torch.from_numpy(p), FORMATS) for p in parts]
+    first, second = engine.fetch(pending)
+    merged = first.merge(second)
+    assert_matches(merged, np.concatenate(parts), FORMATS, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.arange(5),
+        np.array([True, False]),
+        np.array([1 + 2j]),
+        torch.arange(5),
+        torch.tensor([True]),
+        torch.tensor([1 + 2j]),
+        jnp.arange(3),
+        "text",
+        None,
+        [1.0, 2.0],
+        3.5,
+    ],
+    ids=repr,
+)
+def test_non_float_input_raises_type_error_naming_it(value):
+    with pytest.raises(TypeError) as error:
+        engine.compute(value)
+    message = str(error.value)
+    assert "float" in message or "got" in message
+
+
+def test_meta_and_sparse_tensors_raise_type_error():
+    with pytest.raises(TypeError, match="meta"):
+        engine.compute(torch.empty(3, device="meta"))
+    with pytest.raises(TypeError, match="sparse"):
+        engine.compute(torch.eye(3).to_sparse())
+
+
+def test_unknown_format_is_a_value_error():
+    with pytest.raises(ValueError, match="float9"):
+        engine.compute(np.ones(3, np.float32), ("float9",))
+
+
+def test_format_bins_match_contract():
+    expected = {
+        "float32": (-149, 127),
+        "bfloat16": (-133, 127),
+        "float16": (-24, 15),
+        "float8_e4m3fn": (-9, 8),
+    }
+    for name, (lo, hi) in expected.items():
+        info = fmt.info(name)
+        assert (info.min_exponent, info.max_exponent) == (lo, hi)
+
+
+def test_ml_dtypes_names_are_accepted_as_formats():
+    names = [n for n in dir(ml_dtypes) if n.startswith(("float", "bfloat"))]
+    record = engine.tensor_stats(np.linspace(-500, 500, 101, dtype=np.float32), names)
+    assert set(record.to_record().underflow) == {fmt.numpy_dtype(n).name for n in names}
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_all_subnormal_tensor_keeps_its_statistics(source):
+    values = np.array([1e-40, -3e-41, 2e-45, 0.0, 5e-39], dtype=np.float32)
+    assert_matches(stats_from(source, values), values, FORMATS, rtol=1e-6)
+
+
+def test_flush_denormal_mode_does_not_hide_subnormals():
+    values = crafted("float32")
+    torch.set_flush_denormal(True)
+    try:
+        stats = engine.tensor_stats(_torch_tensor(values), FORMATS).to_record()
+    finally:
+        torch.set_flush_denormal(False)
+    ref = reference(values, FORMATS)
+    assert stats.exponent_histogram() == ref["bins"]
+    assert stats.zero_count == ref["zero_count"] and stats.underflow == ref["underflow"]
