@@ -1,109 +1,162 @@
-"""The CPU kernel: one compiled (numba) pass family over a float32 or float64 array.
+"""The CPU kernel: compiled (numba) passes over a float32 or float64 array.
 
 Array libraries need a dozen full passes (and temporaries) for what this does in three
-reads of the data: (1) counts, exponent histogram, min/max and cast
-counts; (2) the scaled power sums; (3) the centred second moment (two-pass, so the standard
-deviation stays exact for LayerNorm-like data). Narrower dtypes are widened to float32
-first (exact). The output vectors follow ``record.engine_layout``. Large arrays are split
-over a few plain threads.
+reads of the data: (1) counts, exponent histogram, extremes and cast counts; (2) the scaled
+power sums; (3) again, for the centred second moment (two-pass, so the standard deviation
+stays exact for LayerNorm-like data). Narrower dtypes are widened to float32 first (exact).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import functools
+import math
 import os
 
 import numba
 import numpy as np
 
 from tandv_tb import formats as fmt
+from tandv_tb.stats.record import TensorStats
 
 _WORKERS = max(1, min(8, os.cpu_count() or 1))
 _MIN_CHUNK = 1 << 16
 
 
 @numba.njit(cache=True, nogil=True)
-def _exponent(bits: int, mant_bits: int, bias: int) -> int:
-    """floor(log2|x|) of a finite non-zero value from its sign-cleared bit pattern."""
-    field = bits >> mant_bits
-    if field > 0:
-        return field - bias
-    mantissa = bits
-    top = -1
-    while mantissa:
-        mantissa >>= 1
-        top += 1
-    return top + 1 - bias - mant_bits
+def _pass_counts(bits, sign_mask, inf_bits, mant_bits, thresholds, fields, casts):
+    """Counts of the exponent fields (0: zeros and subnormals, all ones: Inf/NaN) into
+    ``fields``, cast counts into ``casts`` [format, under/over]; returns the bit patterns of
+    the largest, smallest and smallest non-zero finite |x| (>= ``inf_bits``: none).
 
-
-@numba.njit(cache=True, nogil=True)
-def _pass_counts(bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds):
-    """[zero, nan, posinf, neginf], histogram, cast counts and the bit patterns of
-    [max, min, min non-zero] |x|. Decided on bit patterns alone, so a flush-to-zero mode
-    (``torch.set_flush_denormal``) cannot hide subnormals; ``thresholds`` holds bit
-    patterns too (for non-negative floats, their order is the values' order)."""
-    n_formats = thresholds.shape[0]
-    special = np.zeros(4, np.int64)
-    hist = np.zeros(n_bins, np.int64)
-    casts = np.zeros((n_formats, 2), np.int64)
-    max_bits, min_bits, min_nonzero = 0, inf_bits, inf_bits
+    Decided on bit patterns alone, so a flush-to-zero mode (``torch.set_flush_denormal``)
+    cannot hide subnormals; ``thresholds`` holds bit patterns too (for non-negative floats,
+    their order is the values' order). Branch-free, with four interleaved field histograms,
+    so that runs of values in one binade do not wait on one counter.
+    """
+    lanes = np.zeros((4, len(fields)), np.int64)
+    largest, smallest, smallest_nonzero = 0, inf_bits, inf_bits
     for i in range(len(bits)):
         magnitude = bits[i] & sign_mask
-        if magnitude >= inf_bits:
-            if magnitude > inf_bits:
-                special[1] += 1
-            elif bits[i] > 0:
-                special[2] += 1
-            else:
-                special[3] += 1
-            continue
-        max_bits = max(max_bits, magnitude)
-        min_bits = min(min_bits, magnitude)
+        lanes[i & 3, magnitude >> mant_bits] += 1
+        finite = magnitude < inf_bits
+        largest = max(largest, magnitude if finite else 0)
+        smallest = min(smallest, magnitude)
+        smallest_nonzero = min(smallest_nonzero, magnitude if magnitude != 0 else inf_bits)
+    for lane in range(4):
+        fields += lanes[lane]
+    if len(thresholds):
+        _count_casts(bits, sign_mask, inf_bits, thresholds, casts)
+    return largest, smallest, smallest_nonzero
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_casts(bits, sign_mask, inf_bits, thresholds, casts):
+    """Adds, per format, the values that become 0 and those that become Inf/NaN."""
+    for f in range(thresholds.shape[0]):
+        under = over = 0
+        t = thresholds[f]
+        for i in range(len(bits)):
+            magnitude = bits[i] & sign_mask
+            side = 1 if bits[i] < 0 else 0
+            nonzero_finite = (magnitude != 0) & (magnitude < inf_bits)
+            under += nonzero_finite & (magnitude <= t[side])
+            over += nonzero_finite & ((magnitude >= t[2 + side]) | (magnitude < t[4 + side]))
+            over += (magnitude == 0) & (t[6] != 0)
+        casts[f, 0] += under
+        casts[f, 1] += over
+
+
+@numba.njit(cache=True, nogil=True)
+def _bit_length(value):
+    """Number of bits of a positive integer: a subnormal with mantissa m has exponent
+    ``bit_length(m) - bias - mantissa_bits``."""
+    length = 0
+    while value:
+        value >>= 1
+        length += 1
+    return length
+
+
+@numba.njit(cache=True, nogil=True)
+def _rare_values(bits, sign_mask, inf_bits, mant_bits, bias, hist, hist_lo, special):
+    """Histogram bins of the subnormals (into ``hist``) and [zero, nan, +inf, -inf] counts
+    (into ``special``): a second look, only for arrays that hold such values."""
+    for i in range(len(bits)):
+        magnitude = bits[i] & sign_mask
         if magnitude == 0:
             special[0] += 1
-        else:
-            min_nonzero = min(min_nonzero, magnitude)
-            hist[_exponent(magnitude, mant_bits, bias) - hist_lo] += 1
-        side = 1 if bits[i] < 0 else 0
-        for f in range(n_formats):
-            if magnitude == 0:
-                casts[f, 1] += thresholds[f, 6]
-            elif magnitude <= thresholds[f, side]:
-                casts[f, 0] += 1
-            elif magnitude >= thresholds[f, 2 + side] or magnitude < thresholds[f, 4 + side]:
-                casts[f, 1] += 1
-    return special, hist, casts, np.array([max_bits, min_bits, min_nonzero], np.int64)
+        elif magnitude < (1 << mant_bits):
+            hist[_bit_length(magnitude) - bias - mant_bits - hist_lo] += 1
+        elif magnitude > inf_bits:
+            special[1] += 1
+        elif magnitude == inf_bits:
+            special[2 if bits[i] > 0 else 3] += 1
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _power_sums(values, inverse, mean_s, out):
+    """Adds sums of s, |s|, s**2, s**4, s**8 and (s - mean_s)**2 over the finite values
+    (s = x * inverse) to out[0:6]. Reassociation lets the sums vectorise; NaN/Inf checks
+    stay exact (no finite-math assumption)."""
+    s1 = s_abs = s2 = s4 = s8 = m2 = 0.0
+    for i in range(len(values)):
+        x = np.float64(values[i])
+        s = x * inverse if np.isfinite(x) else 0.0
+        d = s - mean_s if np.isfinite(x) else 0.0
+        q = s * s
+        s1 += s
+        s_abs += abs(s)
+        s2 += q
+        s4 += q * q
+        s8 += (q * q) * (q * q)
+        m2 += d * d
+    out[0] += s1
+    out[1] += s_abs
+    out[2] += s2
+    out[3] += s4
+    out[4] += s8
+    out[5] += m2
 
 
 @numba.njit(cache=True, nogil=True)
-def _pass_powers(values, scale):
-    """Sums of s, |s|, s**2, s**4, s**8 over the finite values, s = x / scale."""
-    s1 = s_abs = s2 = s4 = s8 = 0.0
-    for i in range(len(values)):
-        x = np.float64(values[i])
-        if np.isfinite(x):
-            s = x / scale
-            q = s * s
-            q2 = q * q
-            s1 += s
-            s_abs += abs(s)
-            s2 += q
-            s4 += q2
-            s8 += q2 * q2
-    return np.array([s1, s_abs, s2, s4, s8])
+def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds):
+    """The counts vector (``record.engine_layout``), the moments vector less its three
+    extremes, and the extremes as bit patterns, of one array."""
+    fields = np.zeros((inf_bits >> mant_bits) + 1, np.int64)
+    casts = np.zeros((thresholds.shape[0], 2), np.int64)
+    extremes = _pass_counts(bits, sign_mask, inf_bits, mant_bits, thresholds, fields, casts)
+    counts = np.zeros(5 + n_bins + 2 * thresholds.shape[0], np.int64)
+    counts[0] = len(bits)
+    hist = counts[5 : 5 + n_bins]
+    normal_lo = 1 - bias - hist_lo  # index of the lowest normal binade in ``hist``
+    hist[max(normal_lo, 0) :] += fields[max(1, 1 - normal_lo) : len(fields) - 1][:n_bins]
+    if fields[0] or fields[-1]:
+        _rare_values(bits, sign_mask, inf_bits, mant_bits, bias, hist, hist_lo, counts[1:5])
+    counts[5 + n_bins :] = casts.reshape(-1)
 
-
-@numba.njit(cache=True, nogil=True)
-def _pass_centred(values, scale, mean_s):
-    """sum((s - mean_s)**2) over the finite values."""
-    acc = 0.0
-    for i in range(len(values)):
-        x = np.float64(values[i])
-        if np.isfinite(x):
-            d = x / scale - mean_s
-            acc += d * d
-    return acc
+    moments = np.zeros(7)
+    # s = x * 2**-e with 2**e the power of two at or below max|x| (exact scaling; clamped
+    # so that 2**-e stays a normal float64 for subnormal maxima)
+    largest = extremes[0]
+    exponent = 0
+    if largest > 0:
+        field = largest >> mant_bits
+        exponent = field - bias
+        if field == 0:
+            exponent = _bit_length(largest) - bias - mant_bits
+        exponent = max(-1022, exponent)
+    moments[0] = math.ldexp(1.0, exponent)
+    inverse = math.ldexp(1.0, -exponent)
+    sums = np.zeros(6)
+    _power_sums(values, inverse, 0.0, sums)
+    finite = counts[0] - counts[2] - counts[3] - counts[4]
+    mean_s = sums[0] / finite if finite > 0 else 0.0
+    centred = np.zeros(6)
+    _power_sums(values, inverse, mean_s, centred)  # two-pass: exact for LayerNorm-like data
+    moments[1:6] = sums[:5]
+    moments[6] = centred[5]
+    return counts, moments, np.array(extremes, dtype=np.int64)
 
 
 @functools.cache
@@ -111,21 +164,6 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(
         max_workers=_WORKERS, thread_name_prefix="tandv-stats"
     )
-
-
-def _map_chunks(kernel, arrays: tuple[np.ndarray, ...], *args) -> list:
-    """``kernel`` over contiguous chunks of ``arrays`` on plain threads (kernels drop the
-    GIL; idle threads sleep, unlike an OpenMP pool that would spin against torch's)."""
-    n = len(arrays[0])
-    chunks = min(_WORKERS, max(1, n // _MIN_CHUNK))
-    if chunks == 1:
-        return [kernel(*arrays, *args)]
-    bounds = np.linspace(0, n, chunks + 1).astype(np.int64)
-    jobs = [
-        _pool().submit(kernel, *(a[lo:hi] for a in arrays), *args)
-        for lo, hi in zip(bounds[:-1], bounds[1:])
-    ]
-    return [job.result() for job in jobs]
 
 
 @functools.cache
@@ -143,55 +181,48 @@ def threshold_bits(dtype: str, formats: tuple[str, ...], wide: bool) -> np.ndarr
     return table
 
 
-def compute_cpu(values: np.ndarray, dtype: str, formats: tuple[str, ...]):
-    """Counts and moments vectors (``record.engine_layout``) of a host array of ``dtype``.
-
-    ``values`` holds the tensor's values as float32 (any dtype narrower than float64,
-    widened exactly) or float64.
-    """
-    values = np.ascontiguousarray(values).reshape(-1)
-    wide = values.dtype == np.float64
+@functools.cache
+def _constants(dtype: str, formats: tuple[str, ...]) -> tuple:
+    """The kernel's arguments after the arrays, for one dtype and format tuple."""
+    wide = dtype == "float64"
     float_type, int_type = (np.float64, np.int64) if wide else (np.float32, np.int32)
-    bits = values.view(int_type)
-    sign_mask = int_type(np.iinfo(int_type).max)
-    inf_bits = int_type(np.array(np.inf, float_type).view(int_type))
     mant_bits, bias = (52, 1023) if wide else (23, 127)
-    compute_info = fmt.info("float64" if wide else "float32")
     info = fmt.info(dtype)
-    parts = _map_chunks(
-        _pass_counts,
-        (bits,),
-        sign_mask,
-        inf_bits,
+    return (
+        int_type(np.iinfo(int_type).max),
+        np.array(np.inf, float_type).view(int_type)[()],
         mant_bits,
         bias,
-        compute_info.min_exponent,
-        compute_info.n_bins,
+        info.min_exponent,
+        info.n_bins,
         threshold_bits(dtype, formats, wide),
     )
-    special = sum(p[0] for p in parts)
-    hist = sum(p[1] for p in parts)
-    casts = sum(p[2] for p in parts)
-    extremes_bits = np.stack([p[3] for p in parts]).astype(int_type)
-    extremes = extremes_bits.view(float_type).astype(np.float64)
-    max_abs = float(extremes[:, 0].max())
-    scale = max_abs if max_abs > 0 else 1.0
-    powers = sum(_map_chunks(_pass_powers, (values,), scale))
-    finite = len(values) - int(special[1:].sum())
-    mean_s = powers[0] / finite if finite else 0.0
-    m2 = float(sum(_map_chunks(_pass_centred, (values,), scale, mean_s)))
-    first = info.min_exponent - compute_info.min_exponent
-    counts = np.concatenate(
-        [[len(values)], special, hist[first : first + info.n_bins], casts.reshape(-1)]
-    )
-    moments = np.array(
-        [
-            scale,
-            *powers,
-            m2,
-            max_abs,
-            float(extremes[:, 1].min()),
-            float(extremes[:, 2].min()),
-        ]
-    )
-    return counts.astype(np.int64), moments
+
+
+def compute_cpu(values: np.ndarray, dtype: str, formats: tuple[str, ...]) -> TensorStats:
+    """Statistics of a host array of ``dtype`` whose values are given as float32 (any dtype
+    narrower than float64, widened exactly) or float64. Large arrays are split over a few
+    plain threads (the kernel drops the GIL; idle threads sleep, unlike an OpenMP pool
+    that would spin against torch's) and the parts merged exactly."""
+    values = np.ascontiguousarray(values).reshape(-1)
+    bits = values.view(np.int64 if values.dtype == np.float64 else np.int32)
+    constants = _constants(dtype, formats)
+    chunks = min(_WORKERS, len(values) // _MIN_CHUNK)
+    if chunks <= 1:
+        return _unpack(values.dtype, dtype, formats, *_summarise(values, bits, *constants))
+    bounds = np.linspace(0, len(values), chunks + 1).astype(np.int64)
+    jobs = [
+        _pool().submit(_summarise, values[lo:hi], bits[lo:hi], *constants)
+        for lo, hi in zip(bounds[:-1], bounds[1:])
+    ]
+    parts = [_unpack(values.dtype, dtype, formats, *job.result()) for job in jobs]
+    return functools.reduce(TensorStats.merge, parts)
+
+
+def _unpack(compute_dtype, dtype, formats, counts, moments, extremes_bits) -> TensorStats:
+    """TensorStats from the kernel's outputs: extremes turn from bit patterns into values
+    (a pattern at or above Inf's means "none": 0 for the maximum, Inf for the minima)."""
+    int_type = np.int64 if compute_dtype == np.float64 else np.int32
+    extremes = extremes_bits.astype(int_type).view(compute_dtype).astype(np.float64)
+    extremes[~np.isfinite(extremes)] = np.inf
+    return TensorStats.unpack(dtype, formats, counts, np.concatenate([moments, extremes]))

@@ -25,18 +25,25 @@ from tandv_tb.stats.record import TensorStats
 
 @dataclasses.dataclass
 class Pending:
-    """Statistics of one tensor, possibly still on its device (no host sync has happened)."""
+    """Statistics of one tensor: ``ready`` on the host, or ``counts``/``moments`` vectors
+    (``record.engine_layout``) still on the tensor's device, with no host sync yet."""
 
     dtype: str
     formats: tuple[str, ...]
-    counts: object  # int vector (numpy, or on the tensor's device)
-    moments: object  # float vector (numpy, or on the tensor's device)
+    ready: TensorStats | None = None
+    counts: object = None
+    moments: object = None
 
 
 def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
     """Canonical format names; ``ValueError`` naming the first unknown one."""
     if isinstance(formats, str):
         formats = (formats,)
+    return _canonical_formats(tuple(formats))
+
+
+@functools.cache
+def _canonical_formats(formats: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(fmt.numpy_dtype(name).name for name in formats)
 
 
@@ -77,8 +84,7 @@ def _host_values(values: np.ndarray, dtype: str) -> np.ndarray:
 
 def _compute_numpy(array: np.ndarray, formats: tuple[str, ...]) -> Pending:
     dtype = _float_dtype_name(array.dtype)
-    counts, moments = compute_cpu(_host_values(array, dtype), dtype, formats)
-    return Pending(dtype, formats, counts, moments)
+    return Pending(dtype, formats, ready=compute_cpu(_host_values(array, dtype), dtype, formats))
 
 
 def _compute_torch(tensor, formats: tuple[str, ...]) -> Pending:
@@ -94,10 +100,9 @@ def _compute_torch(tensor, formats: tuple[str, ...]) -> Pending:
     wide = torch.float64 if dtype == "float64" else torch.float32
     values = tensor.detach().reshape(-1).to(wide)
     if values.device.type == "cpu":
-        counts, moments = compute_cpu(values.numpy(), dtype, formats)
-    else:
-        counts, moments = compute_arrays(_torch_ops(), values, dtype, formats)
-    return Pending(dtype, formats, counts, moments)
+        return Pending(dtype, formats, ready=compute_cpu(values.numpy(), dtype, formats))
+    counts, moments = compute_arrays(_torch_ops(), values, dtype, formats)
+    return Pending(dtype, formats, counts=counts, moments=moments)
 
 
 def _compute_jax(array, formats: tuple[str, ...]) -> Pending:
@@ -107,10 +112,11 @@ def _compute_jax(array, formats: tuple[str, ...]) -> Pending:
     if isinstance(array, jax.core.Tracer):
         counts, moments = compute_arrays(_jax_ops(), _jax_values(array, dtype), dtype, formats)
     elif all(device.platform == "cpu" for device in array.devices()):
-        counts, moments = compute_cpu(_host_values(np.asarray(array), dtype), dtype, formats)
+        host = _host_values(np.asarray(array), dtype)
+        return Pending(dtype, formats, ready=compute_cpu(host, dtype, formats))
     else:
         counts, moments = _jitted_jax_kernel(dtype, formats)(array)
-    return Pending(dtype, formats, counts, moments)
+    return Pending(dtype, formats, counts=counts, moments=moments)
 
 
 def _jax_values(array, dtype: str):
@@ -138,30 +144,26 @@ def _jax_ops() -> JaxOps:
 
 def fetch(pending: Sequence[Pending]) -> list[TensorStats]:
     """Bring many tensors' statistics to the host: one transfer per device library."""
-    host = [None] * len(pending)
-    torch_items = [(i, p) for i, p in enumerate(pending) if _library(p.counts) == "torch"]
-    jax_items = [(i, p) for i, p in enumerate(pending) if _library(p.counts) == "jax"]
-    for i, p in enumerate(pending):
-        if _library(p.counts) == "numpy":
-            host[i] = (p.counts, p.moments)
+    on_device = [p for p in pending if p.ready is None]
+    torch_items = [p for p in on_device if _library(p.counts) == "torch"]
+    jax_items = [p for p in on_device if _library(p.counts) == "jax"]
+    host = {}
     if torch_items:
-        for (i, _), pair in zip(torch_items, _fetch_torch([p for _, p in torch_items])):
-            host[i] = pair
+        host.update(zip(map(id, torch_items), _fetch_torch(torch_items)))
     if jax_items:
         import jax
 
-        pairs = jax.device_get([(p.counts, p.moments) for _, p in jax_items])
-        for (i, _), pair in zip(jax_items, pairs):
-            host[i] = pair
+        pairs = jax.device_get([(p.counts, p.moments) for p in jax_items])
+        host.update(zip(map(id, jax_items), pairs))
     return [
-        TensorStats.unpack(p.dtype, p.formats, counts, moments)
-        for p, (counts, moments) in zip(pending, host)
+        p.ready if p.ready is not None else TensorStats.unpack(p.dtype, p.formats, *host[id(p)])
+        for p in pending
     ]
 
 
 def _library(value: object) -> str:
     module = type(value).__module__.split(".")[0]
-    return {"torch": "torch", "jax": "jax", "jaxlib": "jax"}.get(module, "numpy")
+    return "jax" if module in ("jax", "jaxlib") else module
 
 
 def _fetch_torch(pending: Sequence[Pending]) -> list[tuple[np.ndarray, np.ndarray]]:
