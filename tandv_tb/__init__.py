@@ -1,3 +1,30 @@
-"""tandv_tb: numerics of neural-network training in TensorBoard."""
+"""tandv_tb: numerics of neural-network training in TensorBoard.
+
+``tandv_tb.torch.track`` and ``tandv_tb.jax.track`` are the trackers (imported on demand,
+so neither framework is needed for the other); ``NumericsWriter`` writes any tensor;
+``read_frame``/``write_frame`` are the pandas interop.
+"""
+
+from tandv_tb.frame import (
+    DataWarning,
+    EstimateWarning,
+    SchemaError,
+    read_frame,
+    to_tandv,
+    validate,
+    write_frame,
+)
+from tandv_tb.writer import NumericsWriter
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "DataWarning",
+    "EstimateWarning",
+    "NumericsWriter",
+    "SchemaError",
+    "read_frame",
+    "to_tandv",
+    "validate",
+    "write_frame",
+]

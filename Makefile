@@ -1,0 +1,33 @@
+# The two commands of README.md: `make demo` and `make test`. Everything else is a helper.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test lint browser bench clean
+
+$(INSTALLED): setup.py constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -c constraints.txt -e ".[torch,jax,test]"
+	touch $@
+
+demo: $(INSTALLED)
+	$(BIN)/python demo/make_demo.py --logdir demo/runs
+	$(BIN)/tensorboard --logdir demo/runs --port 6006 --bind_all
+
+test: $(INSTALLED) browser lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Debian's Chromium for the browser tests (Playwright's own browser download fails here).
+browser:
+	@command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+
+bench: $(INSTALLED)
+	$(BIN)/python bench/stats_kernel.py
+
+clean:
+	rm -rf $(VENV) demo/runs

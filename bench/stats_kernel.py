@@ -1,0 +1,88 @@
+"""Statistics engine speed: time per tensor divided by one ``tensor.sum()``, same run.
+
+For float32 and bfloat16 torch CPU tensors of 1e4, 1e6 and 1e7 elements it times
+- ``engine``: ``tandv_tb.stats.tensor_stats`` (histogram, statistics, no formats),
+- ``engine+2 formats``: the same with float8_e4m3fn and float8_e5m2 cast counts,
+- ``array kernel``: the branch-free kernel used on accelerators, run on the CPU,
+- ``frexp way``: tandv's approach (``frexp`` histogram plus eight reductions, each read
+  back with ``.item()``),
+each as the median of repeated runs divided by the median time of ``tensor.sum()``.
+Prints a Markdown table (pasted into bench/RESULTS.md).
+
+    python bench/stats_kernel.py [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from tandv_tb.stats import tensor_stats
+from tandv_tb.stats._array_kernel import TorchOps, compute_arrays
+
+FORMATS = ("float8_e4m3fn", "float8_e5m2")
+
+
+def median_seconds(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def frexp_way(x: torch.Tensor) -> list[float]:
+    """What tandv does: frexp for the exponents, then one host sync per statistic."""
+    x = x.float()
+    exponents = torch.frexp(x)[1]
+    torch.bincount((exponents - exponents.min()).flatten())
+    return [
+        t.item()
+        for t in (
+            x.mean(),
+            x.std(),
+            x.abs().mean(),
+            x.abs().max(),
+            x.abs().min(),
+            x.pow(2).mean().sqrt(),
+            x.pow(4).mean().pow(0.25),
+            x.pow(8).mean().pow(0.125),
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    ops = TorchOps()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print("| dtype | elements | sum() | engine | engine+2 formats | array kernel | frexp way |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for dtype in (torch.float32, torch.bfloat16):
+        for numel in (10**4, 10**6, 10**7):
+            x = torch.randn(numel).to(dtype)
+            wide = x.float()
+            base = median_seconds(lambda: x.sum(), args.repeats)
+            ratios = [
+                median_seconds(fn, args.repeats) / base
+                for fn in (
+                    lambda: tensor_stats(x),
+                    lambda: tensor_stats(x, FORMATS),
+                    lambda: compute_arrays(ops, wide, str(dtype)[6:], ()),
+                    lambda: frexp_way(x),
+                )
+            ]
+            cells = " | ".join(f"{r:.1f}x" for r in ratios)
+            name = str(dtype)[6:]
+            print(f"| {name} | {numel:.0e} | {base * 1e6:.0f} us | {cells} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The plugin's identity in TensorBoard: plugin name, per-tag metadata and its versioning.
+
+TensorBoard keeps a tag's ``SummaryMetadata`` from the tag's *first* event only, so the
+metadata holds only what is fixed for the tag's life: the tensor's name and type, the
+module type, its order in the model and the formats whose under/overflow is recorded.
+It is stored as compact JSON in ``plugin_data.content``::
+
+    {"version": 1, "name": "layers.0.attn.wq", "tensor_type": "Activation",
+     "module_type": "Linear", "order": 3, "formats": ["float8_e4m3fn"]}
+
+Readers take the name and tensor type from here, never by parsing the tag string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+from tensorboard.compat.proto import summary_pb2
+
+PLUGIN_NAME = "tandv"
+PLUGIN_DATA_VERSION = 1
+
+#: Stored dtypes, by code (the code is the index). Append-only: codes never change.
+DTYPE_CODES = (
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float8_e4m3b11fnuz",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float4_e2m1fn",
+)
+
+#: The contract's tensor types; ``Optimiser_State.<key>`` takes any key without spaces or "/".
+TENSOR_TYPES = ("Activation", "Gradient", "Weight", "Weight_Gradient")
+_OPTIMISER_STATE = re.compile(r"Optimiser_State\.[^\s/]+")
+
+
+class UnsupportedVersion(ValueError):
+    """The data were written by a newer tandv_tb than the one reading them."""
+
+
+def is_tensor_type(tensor_type: object) -> bool:
+    """Whether ``tensor_type`` is one of the contract's tensor types."""
+    return isinstance(tensor_type, str) and (
+        tensor_type in TENSOR_TYPES or _OPTIMISER_STATE.fullmatch(tensor_type) is not None
+    )
+
+
+def check_tensor_type(tensor_type: object) -> str:
+    """``tensor_type`` itself, or ``ValueError`` naming the allowed types."""
+    if not is_tensor_type(tensor_type):
+        allowed = ", ".join(TENSOR_TYPES)
+        raise ValueError(
+            f"unknown tensor_type {tensor_type!r}: expected one of {allowed} "
+            "or 'Optimiser_State.<key>' (e.g. 'Optimiser_State.exp_avg')"
+        )
+    return tensor_type
+
+
+def tag_name(tensor_type: str, name: str) -> str:
+    """The TensorBoard tag of a tracked tensor (for display only, never parsed)."""
+    return f"{PLUGIN_NAME}/{tensor_type}/{name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TagInfo:
+    """What is fixed for a tag's life, as stored in its plugin metadata."""
+
+    name: str
+    tensor_type: str
+    module_type: str = ""
+    order: int = 0
+    formats: tuple[str, ...] = ()
+    version: int = PLUGIN_DATA_VERSION
+
+    @property
+    def tag(self) -> str:
+        return tag_name(self.tensor_type, self.name)
+
+    def to_metadata(self) -> summary_pb2.SummaryMetadata:
+        return create_summary_metadata(
+            self.name, self.tensor_type, self.module_type, self.order, self.formats
+        )
+
+
+def create_summary_metadata(
+    name: str,
+    tensor_type: str,
+    module_type: str = "",
+    order: int = 0,
+    formats: tuple[str, ...] | list[str] = (),
+) -> summary_pb2.SummaryMetadata:
+    """The ``SummaryMetadata`` of one numerics tag (``DATA_CLASS_TENSOR``)."""
+    content = {
+        "version": PLUGIN_DATA_VERSION,
+        "name": name,
+        "tensor_type": tensor_type,
+        "module_type": module_type,
+        "order": int(order),
+        "formats": list(formats),
+    }
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME,
+            content=json.dumps(content, separators=(",", ":")).encode("utf-8"),
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+_FIELDS = {"name": str, "tensor_type": str, "module_type": str, "order": int}
+
+
+def parse_plugin_metadata(content: bytes) -> TagInfo:
+    """Decode ``plugin_data.content``; ``UnsupportedVersion`` for data of a newer version,
+    ``ValueError`` for anything malformed."""
+    try:
+        data = json.loads(bytes(content).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: not a JSON object")
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad version {version!r}")
+    if version > PLUGIN_DATA_VERSION:
+        raise UnsupportedVersion(
+            f"these numerics were written with plugin data version {version}, but this "
+            f"tandv_tb reads versions up to {PLUGIN_DATA_VERSION}: upgrade tandv_tb"
+        )
+    for field, kind in _FIELDS.items():
+        value = data.get(field)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(
+                f"malformed {PLUGIN_NAME} plugin metadata: {field!r} should be a "
+                f"{kind.__name__}, got {value!r}"
+            )
+    formats = data.get("formats", [])
+    if not isinstance(formats, list) or not all(isinstance(f, str) for f in formats):
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad formats {formats!r}")
+    return TagInfo(
+        name=data["name"],
+        tensor_type=data["tensor_type"],
+        module_type=data["module_type"],
+        order=data["order"],
+        formats=tuple(formats),
+        version=version,
+    )
