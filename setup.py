@@ -32,5 +32,5 @@ setup(
             "werkzeug>=2",
         ],
     },
-    entry_points={},
+    entry_points={"tensorboard_plugins": ["tandv = tandv_tb.plugin:NumericsLoader"]},
 )

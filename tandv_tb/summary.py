@@ -83,7 +83,8 @@ def _decode_statistics(values: np.ndarray, dtype: str) -> np.ndarray:
         return values.astype(np.int64).view(np.float64)
     if values.size and (values.min() < 0 or values.max() > np.iinfo(np.uint32).max):
         raise ValueError("float32 statistics out of the uint32 range")
-    return values.astype(np.uint32).view(np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):  # signalling-NaN patterns stay NaN
+        return values.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
 def tensor_proto(values: np.ndarray) -> tensor_pb2.TensorProto:
@@ -97,13 +98,16 @@ def tensor_proto(values: np.ndarray) -> tensor_pb2.TensorProto:
     )
 
 
-def numerics_summary(info: TagInfo, record: NumericsRecord) -> summary_pb2.Summary:
-    """A ``Summary`` with one value: the tag's metadata and the encoded record."""
+def numerics_summary(
+    info: TagInfo, record: NumericsRecord, with_metadata: bool = True
+) -> summary_pb2.Summary:
+    """A ``Summary`` with one value: the encoded record, and the tag's metadata unless
+    ``with_metadata`` is false (TensorBoard keeps a tag's first metadata only)."""
     value = summary_pb2.Summary.Value(
-        tag=info.tag,
-        metadata=info.to_metadata(),
-        tensor=tensor_proto(encode_record(record, info.formats)),
+        tag=info.tag, tensor=tensor_proto(encode_record(record, info.formats))
     )
+    if with_metadata:
+        value.metadata.CopyFrom(info.to_metadata())
     return summary_pb2.Summary(value=[value])
 
 

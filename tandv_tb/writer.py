@@ -201,11 +201,8 @@ class NumericsWriter:
                     order=len(self._tags) if order is None else int(order),
                     formats=tuple(record.underflow),
                 )
-            summary = numerics_summary(info, record)
-            if first:
-                self._tags[key] = info
-            else:
-                summary.value[0].ClearField("metadata")  # TensorBoard keeps the first only
+            summary = numerics_summary(info, record, with_metadata=first)
+            self._tags[key] = info
             self._write(summary, step)
 
     def _write(self, summary: summary_pb2.Summary, step: int) -> None:
