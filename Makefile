@@ -6,6 +6,8 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: demo test lint browser bench clean
 
+include frontend.mk
+
 $(INSTALLED): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt -e ".[torch,jax,test]"
@@ -15,7 +17,7 @@ demo: $(INSTALLED)
 	$(BIN)/python demo/make_demo.py --logdir demo/runs
 	$(BIN)/tensorboard --logdir demo/runs --port 6006 --bind_all
 
-test: $(INSTALLED) browser lint
+test: $(INSTALLED) browser lint frontend-check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(INSTALLED)

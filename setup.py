@@ -1,12 +1,14 @@
 """tandv_tb: numerics of neural-network training, in TensorBoard."""
 
+import pathlib
+
 from setuptools import find_packages, setup
 
 setup(
     name="tandv_tb",
     version="0.1.0",
     description="Exponent histograms and low-precision numerics of training, in TensorBoard",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=pathlib.Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["tandv_tb", "tandv_tb.*"]),

@@ -15,6 +15,7 @@ Prints a Markdown table (pasted into bench/RESULTS.md).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -68,19 +69,18 @@ def main() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         for numel in (10**4, 10**6, 10**7):
             x = torch.randn(numel).to(dtype)
-            wide = x.float()
-            base = median_seconds(lambda: x.sum(), args.repeats)
+            wide, name = x.float(), str(dtype)[6:]
+            base = median_seconds(x.sum, args.repeats)
             ratios = [
-                median_seconds(fn, args.repeats) / base
-                for fn in (
-                    lambda: tensor_stats(x),
-                    lambda: tensor_stats(x, FORMATS),
-                    lambda: compute_arrays(ops, wide, str(dtype)[6:], ()),
-                    lambda: frexp_way(x),
+                median_seconds(functools.partial(fn, *fn_args), args.repeats) / base
+                for fn, *fn_args in (
+                    (tensor_stats, x),
+                    (tensor_stats, x, FORMATS),
+                    (compute_arrays, ops, wide, name, ()),
+                    (frexp_way, x),
                 )
             ]
             cells = " | ".join(f"{r:.1f}x" for r in ratios)
-            name = str(dtype)[6:]
             print(f"| {name} | {numel:.0e} | {base * 1e6:.0f} us | {cells} |", flush=True)
 
 

@@ -1,0 +1,86 @@
+"""Under/overflow counts of a format for every step of a layer: exact or estimated.
+
+A format recorded at tracking time is read as stored (exact). Casting to the tensor's own
+dtype changes nothing (exactly 0 and 0). Any other format is estimated from the exponent
+histogram with the rule of ``tandv_tb.frame`` (so the dashboards and ``read_frame`` give the
+same estimate), here as per-bin weights applied to all steps at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from tandv_tb import formats as fmt
+from tandv_tb import metadata
+from tandv_tb.plugin.columns import LayerSeries
+
+
+@dataclasses.dataclass(frozen=True)
+class CastCounts:
+    """Per-step underflow and overflow counts of one format, and whether they are exact."""
+
+    underflow: np.ndarray  # int64[S]
+    overflow: np.ndarray  # int64[S]
+    exact: bool
+
+
+def cast_counts(series: LayerSeries, format_name: str) -> CastCounts:
+    """Under/overflow of ``format_name`` at every step of ``series``."""
+    if format_name in series.formats:
+        index = series.formats.index(format_name)
+        return CastCounts(series.casts[:, index, 0], series.casts[:, index, 1], True)
+    underflow = np.zeros(len(series), dtype=np.int64)
+    overflow = np.zeros(len(series), dtype=np.int64)
+    exact = True
+    for code in np.unique(series.dtype_codes):
+        dtype = metadata.DTYPE_CODES[int(code)]
+        if dtype == format_name:
+            continue
+        exact = False
+        rows = np.flatnonzero(series.dtype_codes == code)
+        under_weights, over_weights = bin_weights(dtype, format_name)
+        underflow[rows] = _weighted_bin_sums(series, rows, under_weights, dtype)
+        overflow[rows] = _weighted_bin_sums(series, rows, over_weights, dtype)
+    return CastCounts(underflow, overflow, exact)
+
+
+def _weighted_bin_sums(
+    series: LayerSeries, rows: np.ndarray, weights: np.ndarray, dtype: str
+) -> np.ndarray:
+    """``rint(sum_i counts[i] * weights[n_i - lowest bin of dtype])`` for each row."""
+    lengths = series.bin_starts[rows + 1] - series.bin_starts[rows]
+    within = _positions(lengths)
+    index = np.repeat(series.bin_starts[rows], lengths) + within
+    exponents = np.repeat(series.bins_lo[rows], lengths) + within
+    weighted = series.bins[index] * weights[exponents - fmt.info(dtype).min_exponent]
+    sums = np.zeros(len(rows))
+    filled = lengths > 0
+    if filled.any():
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[filled]
+        sums[filled] = np.add.reduceat(weighted, starts)
+    return np.rint(sums).astype(np.int64)
+
+
+def _positions(lengths: np.ndarray) -> np.ndarray:
+    """``0 .. length - 1`` for each length, concatenated."""
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
+
+
+@functools.cache
+def bin_weights(dtype: str, format_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The share of each bin of ``dtype`` (lowest first) that underflows / overflows in
+    ``format_name``, by ``tandv_tb.frame``'s estimate: a bin's values are taken as spread
+    uniformly in ``log2|x|`` and the part beyond the exact cast thresholds is counted.
+    ``tests/test_plugin_casts.py`` checks that this gives ``frame.format_split``'s counts."""
+    info = fmt.info(dtype)
+    thresholds = fmt.cast_thresholds(dtype, format_name)
+    n = np.arange(info.min_exponent, info.max_exponent + 1, dtype=np.float64)
+    under, over = thresholds.under_pos, thresholds.over_pos
+    under_part = np.clip(math.log2(under) - n, 0.0, 1.0) if under > 0 else np.zeros_like(n)
+    over_part = np.clip(n + 1 - math.log2(over), 0.0, 1.0) if math.isfinite(over) else 0 * n
+    return under_part, over_part

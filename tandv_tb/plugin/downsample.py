@@ -1,0 +1,108 @@
+"""Cut recorded steps into columns and reduce many layers' values per column, vectorized."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+REDUCTIONS = ("max", "min", "mean", "last")
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Consecutive groups of the recorded steps ``steps``; group i is
+    ``steps[bounds[i]:bounds[i + 1]]``."""
+
+    steps: np.ndarray  # int64[S], ascending, unique
+    bounds: np.ndarray  # int64[C + 1]
+
+    @classmethod
+    def split(cls, steps: np.ndarray, columns: int | None) -> Columns:
+        """``min(columns, len(steps))`` groups of (nearly) equal size; one per step if None."""
+        n = len(steps)
+        count = n if columns is None else min(columns, n)
+        bounds = (np.arange(count + 1, dtype=np.int64) * n) // max(count, 1)
+        return cls(steps, bounds)
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
+    def first_steps(self) -> np.ndarray:
+        return self.steps[self.bounds[:-1]]
+
+    @property
+    def last_steps(self) -> np.ndarray:
+        return self.steps[self.bounds[1:] - 1]
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.bounds)
+
+    def column_of(self, steps: np.ndarray) -> np.ndarray:
+        """The column of each of ``steps`` (each must be one of ``self.steps``)."""
+        position = np.searchsorted(self.steps, steps)
+        return np.searchsorted(self.bounds, position, side="right") - 1
+
+
+def union_steps(step_arrays: list[np.ndarray], low: int | None, high: int | None) -> np.ndarray:
+    """The sorted union of the steps, restricted to ``[low, high]``."""
+    if not step_arrays:
+        return np.zeros(0, dtype=np.int64)
+    steps = np.unique(np.concatenate(step_arrays))
+    return steps[_in_window(steps, low, high)]
+
+
+def _in_window(steps: np.ndarray, low: int | None, high: int | None) -> np.ndarray:
+    keep = np.ones(len(steps), dtype=bool)
+    if low is not None:
+        keep &= steps >= low
+    if high is not None:
+        keep &= steps <= high
+    return keep
+
+
+def reduce_rows(
+    columns: Columns,
+    rows: list[tuple[np.ndarray, np.ndarray]],
+    how: str,
+    low: int | None = None,
+    high: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(values float64[R, C], present bool[R, C])`` from each row's ``(steps, values)``.
+
+    A cell reduces the row's values at the steps of its column (``how`` in REDUCTIONS);
+    NaN propagates through max, min and mean. ``present`` is False where the row has no
+    step in the column.
+    """
+    n_rows, n_cols = len(rows), len(columns)
+    out = np.full((n_rows, n_cols), np.nan)
+    present = np.zeros((n_rows, n_cols), dtype=bool)
+    if n_cols == 0 or n_rows == 0:
+        return out, present
+    keys, values = [], []
+    for index, (steps, row_values) in enumerate(rows):
+        keep = _in_window(steps, low, high)
+        keys.append(index * n_cols + columns.column_of(steps[keep]))
+        values.append(row_values[keep])
+    key = np.concatenate(keys)
+    value = np.concatenate(values).astype(np.float64)
+    if len(key) == 0:
+        return out, present
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    cells = key[starts]
+    if how == "max":
+        reduced = np.maximum.reduceat(value, starts)
+    elif how == "min":
+        reduced = np.minimum.reduceat(value, starts)
+    elif how == "mean":
+        with np.errstate(invalid="ignore"):
+            reduced = np.add.reduceat(value, starts) / np.diff(np.append(starts, len(key)))
+    elif how == "last":
+        reduced = value[np.append(starts[1:], len(key)) - 1]
+    else:
+        raise ValueError(f"unknown reduction {how!r}")
+    out.flat[cells] = reduced
+    present.flat[cells] = True
+    return out, present

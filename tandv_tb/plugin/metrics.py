@@ -1,0 +1,96 @@
+"""The metrics of the heatmap and series routes: statistics, counts and derived values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tandv_tb.plugin.casts import cast_counts
+from tandv_tb.plugin.columns import LayerSeries
+from tandv_tb.plugin.params import RequestError
+from tandv_tb.stats.record import COUNTS, STATISTICS
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """A per-step value of a layer; ``kind`` and ``scale`` guide the frontend's colours."""
+
+    metric: str
+    label: str
+    kind: str  # statistic | log2 | fraction | count
+    scale: str  # diverging | sequential
+    needs_format: bool = False
+
+    def as_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_LOG2_OF = ("std", "mean_abs", "max_abs", "min_abs_nonzero", "rm2", "rm4", "rm8")
+
+
+def _all_metrics() -> dict[str, Metric]:
+    found = [
+        Metric(s, s, "statistic", "diverging" if s == "mean" else "sequential") for s in STATISTICS
+    ]
+    found += [Metric(c, c, "count", "sequential") for c in COUNTS]
+    found += [
+        Metric("inf_count", "Inf count", "count", "sequential"),
+        Metric("nonfinite_count", "NaN + Inf count", "count", "sequential"),
+    ]
+    found += [Metric(f"log2_{s}", f"log2({s})", "log2", "diverging") for s in _LOG2_OF]
+    found += [
+        Metric("zero_fraction", "fraction of zeros", "fraction", "sequential"),
+        Metric("nonfinite_fraction", "fraction of NaN + Inf", "fraction", "sequential"),
+        Metric("underflow_count", "underflow count", "count", "sequential", True),
+        Metric("overflow_count", "overflow count", "count", "sequential", True),
+        Metric("underflow_fraction", "underflow fraction", "fraction", "sequential", True),
+        Metric("overflow_fraction", "overflow fraction", "fraction", "sequential", True),
+    ]
+    return {m.metric: m for m in found}
+
+
+METRICS = _all_metrics()
+
+
+def metric(name: str, format_name: str | None) -> Metric:
+    """The metric called ``name``; 400 for an unknown one or a missing format."""
+    found = METRICS.get(name)
+    if found is None:
+        raise RequestError(f"unknown metric {name!r}; GET metrics lists them")
+    if found.needs_format and format_name is None:
+        raise RequestError(f"metric {name!r} needs a 'format' parameter")
+    return found
+
+
+def values(series: LayerSeries, chosen: Metric, format_name: str | None) -> tuple[np.ndarray, bool]:
+    """``(float64[S] values, exact)`` of a metric at every step of ``series``."""
+    name = chosen.metric
+    if name in STATISTICS:
+        return series.statistic(name), True
+    if name in COUNTS:
+        return series.count(name).astype(np.float64), True
+    if name.startswith("log2_"):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log2(series.statistic(name[len("log2_") :])), True
+    numel = series.count("numel").astype(np.float64)
+    infs = series.count("posinf_count") + series.count("neginf_count")
+    if name == "inf_count":
+        return infs.astype(np.float64), True
+    nonfinite = (infs + series.count("nan_count")).astype(np.float64)
+    if name == "nonfinite_count":
+        return nonfinite, True
+    if name == "zero_fraction":
+        return _fraction(series.count("zero_count"), numel), True
+    if name == "nonfinite_fraction":
+        return _fraction(nonfinite, numel), True
+    casts = cast_counts(series, format_name)
+    counts = casts.underflow if name.startswith("underflow") else casts.overflow
+    if name.endswith("_count"):
+        return counts.astype(np.float64), casts.exact
+    return _fraction(counts, numel), casts.exact
+
+
+def _fraction(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(whole > 0, part / np.maximum(whole, 1), np.nan)

@@ -1,0 +1,109 @@
+"""Query-parameter parsing: every bad value becomes a ``RequestError`` naming it."""
+
+from __future__ import annotations
+
+import re
+
+from werkzeug.datastructures import MultiDict
+
+
+class RequestError(Exception):
+    """A request the plugin refuses; ``status`` is 400 (bad input) or 404 (unknown thing)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class NotFound(RequestError):
+    """An unknown run, tensor type, layer, tag, route or file."""
+
+    def __init__(self, message: str):
+        super().__init__(message, 404)
+
+
+MAX_TEXT = 1000
+MAX_STEP = 2**62
+
+
+class Params:
+    """Typed access to a request's query parameters."""
+
+    def __init__(self, args: MultiDict):
+        self._args = args
+
+    def _values(self, name: str) -> list[str]:
+        values = self._args.getlist(name)
+        for value in values:
+            if len(value) > MAX_TEXT:
+                raise RequestError(f"parameter {name!r} is longer than {MAX_TEXT} characters")
+        return values
+
+    def text(self, name: str, default: str | None = None, *, required: bool = True) -> str | None:
+        """One string; 400 when missing (unless a default is given) or given twice."""
+        values = self._values(name)
+        if len(values) > 1:
+            raise RequestError(f"parameter {name!r} must be given once, got {len(values)}")
+        if not values or values[0] == "":
+            if default is None and required:
+                raise RequestError(f"missing parameter {name!r}")
+            return default
+        return values[0]
+
+    def texts(self, name: str, *, required: bool = False) -> list[str]:
+        """Every value of a repeatable parameter, in order, without repeats."""
+        values = list(dict.fromkeys(v for v in self._values(name) if v != ""))
+        if required and not values:
+            raise RequestError(f"missing parameter {name!r} (give it at least once)")
+        return values
+
+    def integer(
+        self,
+        name: str,
+        default: int | None = None,
+        *,
+        low: int | None = None,
+        high: int | None = None,
+    ) -> int | None:
+        """An integer in [low, high]; ``default`` when absent."""
+        text = self.text(name, required=False)
+        if text is None:
+            return default
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise RequestError(f"parameter {name!r} must be an integer, got {text!r}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
+            raise RequestError(f"parameter {name!r} must be in {bounds}, got {value}")
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        """One of ``choices``; ``default`` when absent."""
+        value = self.text(name, default)
+        if value not in choices:
+            raise RequestError(
+                f"parameter {name!r} must be one of {', '.join(choices)}; got {value!r}"
+            )
+        return value
+
+    def regex(self, name: str) -> re.Pattern | None:
+        """A compiled Python regular expression, or None when absent."""
+        text = self.text(name, required=False)
+        if text is None:
+            return None
+        try:
+            return re.compile(text)
+        except (re.error, RecursionError, OverflowError) as error:
+            raise RequestError(
+                f"parameter {name!r} is not a valid regular expression: {error}"
+            ) from None
+
+    def step_window(self) -> tuple[int | None, int | None]:
+        """``step_min`` and ``step_max`` (inclusive); 400 when min > max."""
+        low = self.integer("step_min", low=0, high=MAX_STEP)
+        high = self.integer("step_max", low=0, high=MAX_STEP)
+        if low is not None and high is not None and low > high:
+            raise RequestError(f"step_min ({low}) is larger than step_max ({high})")
+        return low, high

@@ -1,0 +1,128 @@
+"""The ``tandv`` TensorBoard plugin: the Numerics tab's routes over the data provider."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from tensorboard import context as tb_context
+from tensorboard import errors as tb_errors
+from tensorboard import plugin_util
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from tandv_tb import metadata
+from tandv_tb.plugin import csv_views, views
+from tandv_tb.plugin.params import NotFound, Params, RequestError
+from tandv_tb.plugin.responses import JSON_TYPE, csv_response, dumps, error_response
+from tandv_tb.plugin.static_files import static_file
+from tandv_tb.plugin.store import NumericsStore
+
+logger = logging.getLogger(__name__)
+
+#: Routes that read one run's numerics: name -> payload builder.
+RUN_ROUTES = {
+    "layers": views.layers,
+    "steps": views.steps,
+    "histogram": views.histogram,
+    "heatmap": views.heatmap,
+    "series": views.series,
+}
+#: Routes without a run (or, for scalars, not bound to the numerics of a run).
+PLAIN_ROUTES = {
+    "runs": views.runs,
+    "formats": views.formats_listing,
+    "metrics": views.metrics_listing,
+    "scalars": views.scalars,
+}
+CSV_ROUTES = {
+    "layers.csv": ("layers", csv_views.layers_csv),
+    "histogram.csv": ("histogram", csv_views.histogram_csv),
+    "heatmap.csv": ("heatmap", csv_views.heatmap_csv),
+    "series.csv": ("series", csv_views.series_csv),
+    "scalars.csv": ("scalars", csv_views.scalars_csv),
+}
+ES_MODULE_PATH = "/static/index.js"
+
+
+class NumericsPlugin(base_plugin.TBPlugin):
+    """Serves exponent histograms, heatmaps and series of tandv_tb numerics."""
+
+    plugin_name = metadata.PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext):
+        self._provider = context.data_provider
+        self._store = NumericsStore(context.data_provider) if context.data_provider else None
+
+    def get_plugin_apps(self) -> dict[str, Callable]:
+        apps = {
+            f"/{name}": self._app(self._answer, name) for name in {**RUN_ROUTES, **PLAIN_ROUTES}
+        }
+        apps.update({f"/{name}": self._app(self._answer, name) for name in CSV_ROUTES})
+        apps["/static/*"] = self._app(self._static, "static")
+        apps["/*"] = self._app(self._unknown, "unknown")
+        return apps
+
+    def is_active(self) -> bool:
+        """Whether any run holds numerics (TensorBoard asks only when its own plugin listing
+        did not already show ``tandv`` data)."""
+        if self._store is None:
+            return False
+        return bool(self._store.runs(tb_context.RequestContext(), ""))
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path=ES_MODULE_PATH, tab_name="Numerics")
+
+    # -- request handling ------------------------------------------------------------------
+    def _app(self, handler: Callable, route: str) -> Callable:
+        @wrappers.Request.application
+        def app(request: wrappers.Request):
+            if request.method not in ("GET", "HEAD"):
+                return error_response(request, f"method {request.method} not allowed", 405)
+            try:
+                return handler(request, route)
+            except RequestError as error:
+                return error_response(request, error.message, error.status)
+            except tb_errors.PublicError as error:
+                return error_response(request, str(error), error.http_code)
+            except Exception:
+                logger.exception("tandv plugin: internal error on %s", request.full_path)
+                return error_response(request, "internal error (see TensorBoard's log)", 500)
+
+        return app
+
+    def _answer(self, request: wrappers.Request, route: str):
+        if self._store is None:
+            raise NotFound("TensorBoard runs without a data provider")
+        json_route, to_csv = CSV_ROUTES.get(route, (route, None))
+        params = Params(request.args)
+        query = views.Query(
+            self._store,
+            plugin_util.context(request.environ),
+            plugin_util.experiment_id(request.environ),
+            params,
+        )
+        if json_route in RUN_ROUTES:
+            index = self._store.run(query.ctx, query.experiment_id, params.text("run"))
+            key = (query.experiment_id, route, tuple(sorted(request.args.items(multi=True))))
+
+            def build() -> str:
+                payload = RUN_ROUTES[json_route](query, index)
+                return to_csv(payload) if to_csv else dumps(payload)
+
+            body = self._store.cached_result(key, index.fingerprint, build)
+        else:
+            payload = PLAIN_ROUTES[json_route](query)
+            body = to_csv(payload) if to_csv else dumps(payload)
+        if to_csv is None:
+            return http_util.Respond(request, body, JSON_TYPE)
+        return csv_response(request, body, route.replace(".csv", "") + ".csv")
+
+    def _static(self, request: wrappers.Request, route: str):
+        relative = request.path.split("/static/", 1)[1] if "/static/" in request.path else ""
+        content, content_type = static_file(relative)
+        return http_util.Respond(request, content, content_type)
+
+    def _unknown(self, request: wrappers.Request, route: str):
+        raise NotFound(f"no route {request.path!r}; see tandv_tb/plugin/http_api.md")

@@ -1,0 +1,130 @@
+"""JSON and CSV bodies, fast for big number arrays, answered through ``http_util.Respond``.
+
+Non-finite floats are sent as TensorBoard does (``"NaN"``, ``"Infinity"``,
+``"-Infinity"``); missing values as ``null``. Number arrays are serialized with
+``ndarray.tolist`` and one ``json.dumps`` instead of a Python walk over every value.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import secrets
+
+import numpy as np
+from tensorboard.backend import http_util
+
+JSON_TYPE = "application/json"
+CSV_TYPE = "text/csv; charset=utf-8"
+
+
+class Numbers:
+    """A numpy array (1-D or 2-D) to send as JSON numbers; ``present`` False -> null."""
+
+    def __init__(self, values: np.ndarray, present: np.ndarray | None = None):
+        self.values = np.asarray(values)
+        self.present = present
+
+    def to_json(self) -> str:
+        values = self.values
+        if np.issubdtype(values.dtype, np.integer):
+            return json.dumps(values.tolist())
+        as_list = values.astype(np.float64).tolist()
+        if self.present is not None and not self.present.all():
+            for index in zip(*np.nonzero(~self.present)):
+                _set(as_list, index, None)
+        text = json.dumps(as_list, allow_nan=True)
+        if not np.isfinite(values).all():
+            text = _quote_non_finite(text)
+        return text
+
+
+def _set(nested: list, index: tuple, value) -> None:
+    for i in index[:-1]:
+        nested = nested[i]
+    nested[index[-1]] = value
+
+
+_NON_FINITE = re.compile(r"-?Infinity|NaN")
+
+
+def _quote_non_finite(text: str) -> str:
+    # In a JSON array of numbers these words can only be the non-finite tokens.
+    return _NON_FINITE.sub(lambda m: f'"{m.group(0)}"', text)
+
+
+def clean(value):
+    """A JSON-ready copy of small values: non-finite floats as TensorBoard's strings."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, (np.floating, np.integer)):
+        return clean(value.item())
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def dumps(payload) -> str:
+    """JSON text of ``payload``, where ``Numbers`` anywhere are encoded in bulk."""
+    token = secrets.token_hex(8)
+    raw: list[str] = []
+
+    def swap(value):
+        if isinstance(value, Numbers):
+            raw.append(value.to_json())
+            return f"@{token}:{len(raw) - 1}@"
+        if isinstance(value, dict):
+            return {str(k): swap(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [swap(v) for v in value]
+        return clean(value)
+
+    text = json.dumps(swap(payload), separators=(",", ":"))
+    for index, part in enumerate(raw):
+        text = text.replace(f'"@{token}:{index}@"', part, 1)
+    return text
+
+
+def json_response(request, payload, code: int = 200):
+    return http_util.Respond(request, dumps(payload), JSON_TYPE, code=code)
+
+
+def error_response(request, message: str, code: int):
+    return http_util.Respond(request, json.dumps({"error": message}), JSON_TYPE, code=code)
+
+
+def csv_text(header: list[str], rows) -> str:
+    """CSV with a header row; floats non-finite as nan/inf/-inf, None as empty."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([_csv_cell(v) for v in row])
+    return out.getvalue()
+
+
+def _csv_cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    return value
+
+
+def csv_response(request, text: str, filename: str):
+    disposition = ("Content-Disposition", f'attachment; filename="{filename}"')
+    return http_util.Respond(request, text, CSV_TYPE, headers=[disposition])

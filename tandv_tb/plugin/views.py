@@ -1,0 +1,289 @@
+"""The JSON payloads of the data routes (see ``http_api.md``), built from a ``RunIndex``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tandv_tb import formats as fmt
+from tandv_tb import metadata
+from tandv_tb.plugin import metrics
+from tandv_tb.plugin.casts import cast_counts
+from tandv_tb.plugin.columns import LayerSeries
+from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows, union_steps
+from tandv_tb.plugin.params import MAX_STEP, NotFound, Params, RequestError
+from tandv_tb.plugin.responses import Numbers
+from tandv_tb.plugin.store import NumericsStore, RunIndex, TagEntry
+from tandv_tb.stats.record import COUNTS
+
+MAX_COLUMNS = 10_000
+MAX_POINTS = 100_000
+
+
+@dataclasses.dataclass
+class Query:
+    """One request: the store, TensorBoard's request context and the parameters."""
+
+    store: NumericsStore
+    ctx: object
+    experiment_id: str
+    params: Params
+
+    def series(self, index: RunIndex, entries: list[TagEntry]) -> list[LayerSeries]:
+        return self.store.series(self.ctx, self.experiment_id, index, entries)
+
+
+# -- shared parameter handling -----------------------------------------------------------
+def format_json(name: str) -> dict:
+    info = fmt.info(name)
+    return {
+        "format": info.name,
+        "bits": info.bits,
+        "min_exponent": info.min_exponent,
+        "max_exponent": info.max_exponent,
+        "smallest_subnormal": info.smallest_subnormal,
+        "smallest_normal": info.smallest_normal,
+        "max": info.max,
+        "has_inf": info.has_inf,
+        "has_nan": info.has_nan,
+    }
+
+
+def canonical_format(name: str) -> str:
+    """The ml_dtypes name of a format; 400 for anything else."""
+    try:
+        return fmt.info(name).name
+    except (ValueError, TypeError) as error:
+        raise RequestError(str(error)) from None
+
+
+def _formats(params: Params) -> list[str]:
+    return list(dict.fromkeys(canonical_format(f) for f in params.texts("format")))
+
+
+def _format(params: Params) -> str | None:
+    name = params.text("format", required=False)
+    return None if name is None else canonical_format(name)
+
+
+def _selected_layers(index: RunIndex, tensor_type: str, params: Params) -> list[TagEntry]:
+    """The layers named by ``layer`` (in model order) or matching ``layer_regex``."""
+    layers = index.layers(tensor_type)
+    names = params.texts("layer")
+    pattern = params.regex("layer_regex")
+    if names:
+        wanted = {index.layer(tensor_type, name).tag for name in names}
+        layers = [e for e in layers if e.tag in wanted]
+    if pattern is not None:
+        layers = [e for e in layers if pattern.search(e.info.name)]
+    return layers
+
+
+def _layer_json(entry: TagEntry, series: LayerSeries) -> dict:
+    return {
+        "layer": entry.info.name,
+        "module_type": entry.info.module_type,
+        "order": entry.info.order,
+        "dtype": series.dtype(len(series) - 1) if len(series) else None,
+    }
+
+
+# -- metadata routes ---------------------------------------------------------------------
+def runs(query: Query) -> dict:
+    indexes = query.store.runs(query.ctx, query.experiment_id)
+    listed = []
+    for run, index in indexes.items():
+        entries = list(index.entries.values())
+        recorded = sorted({f for e in entries for f in e.info.formats})
+        listed.append(
+            {
+                "run": run,
+                "tensor_types": index.tensor_types(),
+                "formats": recorded,
+                "layer_count": len({e.info.name for e in entries}),
+                "max_step": max(e.max_step for e in entries),
+            }
+        )
+    scalar_runs = query.store.scalar_runs(query.ctx, query.experiment_id)
+    return {"runs": listed, "scalar_runs": scalar_runs}
+
+
+def formats_listing(query: Query) -> dict:
+    return {
+        "formats": [format_json(name) for name in metadata.DTYPE_CODES],
+        "default_overlays": list(fmt.DEFAULT_OVERLAYS),
+    }
+
+
+def metrics_listing(query: Query) -> dict:
+    return {"metrics": [m.as_json() for m in metrics.METRICS.values()]}
+
+
+def layers(query: Query, index: RunIndex) -> dict:
+    tensor_type = query.params.text("tensor_type")
+    entries = index.layers(tensor_type)
+    listed = []
+    for entry, series in zip(entries, query.series(index, entries)):
+        row = _layer_json(entry, series)
+        row["formats"] = list(entry.info.formats)
+        row["steps"] = len(series)
+        row["first_step"] = int(series.steps[0]) if len(series) else None
+        row["last_step"] = int(series.steps[-1]) if len(series) else None
+        listed.append(row)
+    return {"run": index.run, "tensor_type": tensor_type, "layers": listed}
+
+
+def steps(query: Query, index: RunIndex) -> dict:
+    tensor_type = query.params.text("tensor_type")
+    layer = query.params.text("layer", required=False)
+    entries = [index.layer(tensor_type, layer)] if layer else index.layers(tensor_type)
+    found = union_steps([s.steps for s in query.series(index, entries)], None, None)
+    return {"run": index.run, "tensor_type": tensor_type, "layer": layer, "steps": Numbers(found)}
+
+
+# -- data routes -------------------------------------------------------------------------
+def histogram(query: Query, index: RunIndex) -> dict:
+    params = query.params
+    tensor_type = params.text("tensor_type")
+    entries = [index.layer(tensor_type, name) for name in params.texts("layer", required=True)]
+    step = params.integer("step", low=0, high=MAX_STEP)
+    asked = _formats(params)
+    listed = []
+    for entry, series in zip(entries, query.series(index, entries)):
+        if not len(series):
+            raise NotFound(f"layer {entry.info.name!r} has no readable steps")
+        row = series.nearest_row(step) if step is not None else len(series) - 1
+        one = series.take(np.array([row]))
+        record = one.record(0)
+        shown = asked or list(
+            dict.fromkeys([record.dtype, *entry.info.formats, *fmt.DEFAULT_OVERLAYS])
+        )
+        dtype_info = fmt.info(record.dtype)
+        item = {
+            **_layer_json(entry, one),
+            "step": int(one.steps[0]),
+            "dtype_min_exponent": dtype_info.min_exponent,
+            "dtype_max_exponent": dtype_info.max_exponent,
+            **{name: getattr(record, name) for name in COUNTS},
+            "bins_lo": record.bins_lo,
+            "counts": Numbers(record.counts),
+            "statistics": record.statistics,
+            "formats": [_format_counts(one, name) for name in shown],
+        }
+        listed.append(item)
+    return {
+        "run": index.run,
+        "tensor_type": tensor_type,
+        "requested_step": step,
+        "layers": listed,
+    }
+
+
+def _format_counts(one: LayerSeries, name: str) -> dict:
+    casts = cast_counts(one, name)
+    return {
+        "format": name,
+        "exact": casts.exact,
+        "underflow": int(casts.underflow[0]),
+        "overflow": int(casts.overflow[0]),
+        **{k: v for k, v in format_json(name).items() if k != "format"},
+    }
+
+
+def heatmap(query: Query, index: RunIndex) -> dict:
+    params = query.params
+    tensor_type = params.text("tensor_type")
+    format_name = _format(params)
+    chosen = metrics.metric(params.text("metric"), format_name)
+    if not chosen.needs_format:
+        format_name = None
+    n_columns = params.integer("columns", 1000, low=1, high=MAX_COLUMNS)
+    how = params.choice("reduce", REDUCTIONS, "max")
+    low, high = params.step_window()
+    entries = _selected_layers(index, tensor_type, params)
+    all_series = query.series(index, entries)
+    rows, exact = [], []
+    for series in all_series:
+        values, is_exact = metrics.values(series, chosen, format_name)
+        rows.append((series.steps, values))
+        exact.append(is_exact)
+    steps = union_steps([s.steps for s in all_series], low, high)
+    columns = Columns.split(steps, n_columns)
+    values, present = reduce_rows(columns, rows, how, low, high)
+    finite = values[present & np.isfinite(values)]
+    value_range = {"min": float(finite.min()), "max": float(finite.max())} if finite.size else None
+    return {
+        "run": index.run,
+        "tensor_type": tensor_type,
+        "metric": chosen.metric,
+        "format": format_name,
+        "reduce": how,
+        "total_steps": len(steps),
+        "columns": [
+            {"step": int(a), "first_step": int(a), "last_step": int(b), "count": int(c)}
+            for a, b, c in zip(columns.first_steps, columns.last_steps, columns.sizes)
+        ],
+        "layers": [_layer_json(e, s) for e, s in zip(entries, all_series)],
+        "exact": exact,
+        "values": Numbers(values, present),
+        "value_range": value_range,
+    }
+
+
+def series(query: Query, index: RunIndex) -> dict:
+    params = query.params
+    tensor_type = params.text("tensor_type")
+    entries = [index.layer(tensor_type, name) for name in params.texts("layer", required=True)]
+    format_name = _format(params)
+    chosen = [metrics.metric(name, format_name) for name in params.texts("metric", required=True)]
+    points = params.integer("points", low=1, high=MAX_POINTS)
+    how = params.choice("reduce", REDUCTIONS, "max") if points is not None else None
+    low, high = params.step_window()
+    listed = []
+    for entry, layer_series in zip(entries, query.series(index, entries)):
+        steps = union_steps([layer_series.steps], low, high)
+        columns = Columns.split(steps, points)
+        for metric in chosen:
+            values, exact = metrics.values(layer_series, metric, format_name)
+            if how is None:
+                keep = np.isin(layer_series.steps, steps)
+                out_steps, out_values = layer_series.steps[keep], values[keep]
+            else:
+                reduced, _ = reduce_rows(columns, [(layer_series.steps, values)], how, low, high)
+                out_steps, out_values = columns.first_steps, reduced[0]
+            listed.append(
+                {
+                    "layer": entry.info.name,
+                    "metric": metric.metric,
+                    "exact": exact,
+                    "steps": Numbers(out_steps),
+                    "values": Numbers(out_values),
+                }
+            )
+    return {
+        "run": index.run,
+        "tensor_type": tensor_type,
+        "format": format_name,
+        "reduce": how,
+        "series": listed,
+    }
+
+
+def scalars(query: Query) -> dict:
+    """The run's TensorBoard scalars; 404 when the run has neither scalars nor numerics."""
+    run = query.params.text("run")
+    tags = query.params.texts("tag")
+    data = query.store.scalars(query.ctx, query.experiment_id, run, tags or None)
+    if not data and not tags:
+        query.store.run(query.ctx, query.experiment_id, run)  # 404 unless it holds numerics
+    listed = [
+        {
+            "tag": tag,
+            "steps": Numbers(np.array([d.step for d in points], dtype=np.int64)),
+            "wall_times": Numbers(np.array([d.wall_time for d in points], dtype=np.float64)),
+            "values": Numbers(np.array([d.value for d in points], dtype=np.float64)),
+        }
+        for tag, points in data.items()
+    ]
+    return {"run": run, "scalars": listed}

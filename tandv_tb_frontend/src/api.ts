@@ -1,0 +1,278 @@
+/**
+ * The plugin's HTTP API (tandv_tb/plugin/http_api.md): typed, relative fetches.
+ *
+ * The tab lives in TensorBoard's plugin iframe whose <base href> is ``…/data/plugin/tandv/``,
+ * so every route is fetched by a relative URL. Non-finite floats arrive as the strings
+ * "NaN", "Infinity" and "-Infinity"; they are turned into numbers only in numeric fields
+ * (a layer may well be called "NaN").
+ */
+
+export type Params = Record<string, string | number | boolean | null | undefined | string[]>;
+
+export interface RunInfo {
+  run: string;
+  tensor_types: string[];
+  formats: string[];
+  layer_count: number;
+  max_step: number;
+}
+export interface RunsResponse {
+  runs: RunInfo[];
+  scalar_runs: string[];
+}
+export interface LayerInfo {
+  layer: string;
+  module_type: string;
+  order: number;
+  dtype: string;
+  formats: string[];
+  steps: number;
+  first_step: number;
+  last_step: number;
+}
+export interface LayersResponse {
+  run: string;
+  tensor_type: string;
+  layers: LayerInfo[];
+}
+export interface StepsResponse {
+  steps: number[];
+}
+export interface FormatLimits {
+  format: string;
+  bits: number;
+  min_exponent: number;
+  max_exponent: number;
+  smallest_subnormal: number;
+  smallest_normal: number;
+  max: number;
+  has_inf: boolean;
+  has_nan: boolean;
+}
+export interface FormatsResponse {
+  formats: FormatLimits[];
+  default_overlays: string[];
+}
+export interface MetricInfo {
+  metric: string;
+  label: string;
+  kind: "statistic" | "log2" | "fraction" | "count";
+  scale: "diverging" | "sequential";
+  needs_format: boolean;
+}
+export interface MetricsResponse {
+  metrics: MetricInfo[];
+}
+export interface FormatCast extends FormatLimits {
+  exact: boolean;
+  underflow: number;
+  overflow: number;
+}
+export interface HistogramLayer {
+  layer: string;
+  module_type: string;
+  order: number;
+  step: number;
+  dtype: string;
+  dtype_min_exponent: number;
+  dtype_max_exponent: number;
+  numel: number;
+  zero_count: number;
+  nan_count: number;
+  posinf_count: number;
+  neginf_count: number;
+  bins_lo: number;
+  counts: number[];
+  statistics: Record<string, number>;
+  formats: FormatCast[];
+}
+export interface HistogramResponse {
+  run: string;
+  tensor_type: string;
+  requested_step: number | null;
+  layers: HistogramLayer[];
+}
+export interface HeatmapColumn {
+  step: number;
+  first_step: number;
+  last_step: number;
+  count: number;
+}
+export interface HeatmapResponse {
+  run: string;
+  tensor_type: string;
+  metric: string;
+  format: string | null;
+  reduce: string;
+  total_steps: number;
+  columns: HeatmapColumn[];
+  layers: { layer: string; module_type: string; order: number; dtype: string }[];
+  exact: boolean[];
+  /** Row-major cell values; NaN where the server sent null ("no data"): see ``missing``. */
+  values: Float64Array;
+  /** 1 where a cell has no data (null), else 0. */
+  missing: Uint8Array;
+  value_range: { min: number; max: number } | null;
+}
+export interface Series {
+  layer: string;
+  metric: string;
+  exact: boolean;
+  steps: number[];
+  values: number[];
+}
+export interface SeriesResponse {
+  run: string;
+  tensor_type: string;
+  series: Series[];
+}
+export interface ScalarSeries {
+  tag: string;
+  steps: number[];
+  values: number[];
+}
+export interface ScalarsResponse {
+  run: string;
+  scalars: ScalarSeries[];
+}
+
+/** A failed request: the server's message, or what went wrong on the way. */
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+  }
+}
+
+/** A JSON number, or one of the strings used for non-finite floats. */
+export function toNumber(value: unknown): number {
+  if (typeof value === "number") return value;
+  if (value === "NaN") return NaN;
+  if (value === "Infinity") return Infinity;
+  if (value === "-Infinity") return -Infinity;
+  return NaN;
+}
+
+/** The query string for ``params`` (arrays repeat their key; empty values are left out). */
+export function query(params: Params): string {
+  const search = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) {
+    if (value === null || value === undefined || value === "") continue;
+    for (const item of Array.isArray(value) ? value : [value]) search.append(key, String(item));
+  }
+  const text = search.toString();
+  return text ? `?${text}` : "";
+}
+
+/** The relative URL of a route. */
+export function url(route: string, params: Params = {}): string {
+  return route + query(params);
+}
+
+async function getJson<T>(route: string, params: Params, signal?: AbortSignal): Promise<T> {
+  const response = await fetch(url(route, params), { signal, credentials: "same-origin" });
+  const text = await response.text();
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new ApiError(
+      `${route}: the server sent no JSON (HTTP ${response.status})`,
+      response.status,
+    );
+  }
+  if (!response.ok) {
+    const message = (body as { error?: unknown })?.error;
+    throw new ApiError(
+      typeof message === "string" ? message : `${route}: HTTP ${response.status}`,
+      response.status,
+    );
+  }
+  return body as T;
+}
+
+function numbers(values: unknown[]): number[] {
+  return values.map(toNumber);
+}
+
+function statistics(raw: Record<string, unknown>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [key, value] of Object.entries(raw)) out[key] = toNumber(value);
+  return out;
+}
+
+export function runs(signal?: AbortSignal): Promise<RunsResponse> {
+  return getJson<RunsResponse>("runs", {}, signal);
+}
+
+export function layers(run: string, tensorType: string, signal?: AbortSignal) {
+  return getJson<LayersResponse>("layers", { run, tensor_type: tensorType }, signal);
+}
+
+export function steps(run: string, tensorType: string, signal?: AbortSignal) {
+  return getJson<StepsResponse>("steps", { run, tensor_type: tensorType }, signal);
+}
+
+export function formats(signal?: AbortSignal): Promise<FormatsResponse> {
+  return getJson<FormatsResponse>("formats", {}, signal);
+}
+
+export function metrics(signal?: AbortSignal): Promise<MetricsResponse> {
+  return getJson<MetricsResponse>("metrics", {}, signal);
+}
+
+export async function histogram(params: Params, signal?: AbortSignal) {
+  const body = await getJson<HistogramResponse>("histogram", params, signal);
+  for (const layer of body.layers) {
+    layer.statistics = statistics(layer.statistics as Record<string, unknown>);
+    for (const cast of layer.formats) {
+      for (const key of ["max", "smallest_normal", "smallest_subnormal"] as const) {
+        cast[key] = toNumber(cast[key]);
+      }
+    }
+  }
+  return body;
+}
+
+export async function heatmap(params: Params, signal?: AbortSignal): Promise<HeatmapResponse> {
+  type Raw = Omit<HeatmapResponse, "values" | "missing"> & { values: unknown[][] };
+  const raw = await getJson<Raw>("heatmap", params, signal);
+  const rows = raw.layers.length;
+  const cols = raw.columns.length;
+  const values = new Float64Array(rows * cols);
+  const missing = new Uint8Array(rows * cols);
+  raw.values.forEach((row, r) => {
+    for (let c = 0; c < cols; c++) {
+      const cell = row[c];
+      if (cell === null || cell === undefined) {
+        missing[r * cols + c] = 1;
+        values[r * cols + c] = NaN;
+      } else {
+        values[r * cols + c] = toNumber(cell);
+      }
+    }
+  });
+  const range = raw.value_range
+    ? { min: toNumber(raw.value_range.min), max: toNumber(raw.value_range.max) }
+    : null;
+  return { ...raw, values, missing, value_range: range };
+}
+
+export async function series(params: Params, signal?: AbortSignal): Promise<SeriesResponse> {
+  const body = await getJson<SeriesResponse>("series", params, signal);
+  for (const item of body.series) item.values = numbers(item.values as unknown[]);
+  return body;
+}
+
+export async function scalars(run: string, signal?: AbortSignal): Promise<ScalarsResponse> {
+  const body = await getJson<ScalarsResponse>("scalars", { run }, signal);
+  for (const item of body.scalars) item.values = numbers(item.values as unknown[]);
+  return body;
+}
+
+/** True for the error a cancelled fetch throws. */
+export function isAbort(error: unknown): boolean {
+  return error instanceof DOMException && error.name === "AbortError";
+}

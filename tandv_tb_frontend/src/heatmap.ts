@@ -1,0 +1,500 @@
+/**
+ * The layer heatmap: rows are layers (or collapsed module groups) in model order, columns
+ * are step groups sent by the server (at most one per drawn pixel), colour is the metric.
+ *
+ * Cells are painted one pixel each into a canvas of columns x rows pixels that CSS stretches
+ * over the plot without smoothing: a redraw costs one pass over the cells, and a zoom or pan
+ * over steps only a CSS transform (until the server sends the zoomed window's columns).
+ */
+
+import { axisBottom } from "d3-axis";
+import { format as d3format } from "d3-format";
+import { scaleLinear } from "d3-scale";
+import { select } from "d3-selection";
+import {
+  type D3ZoomEvent,
+  type ZoomBehavior,
+  type ZoomTransform,
+  zoom,
+  zoomIdentity,
+} from "d3-zoom";
+import type { HeatmapResponse, MetricInfo } from "./api";
+import { type CellScale, cellScale, SPECIAL, SPECIAL_PACKED } from "./colors";
+import { h, replaceChildren } from "./dom";
+import { formatValue } from "./numbers";
+import { buildRows, type Row, rowValues } from "./tree";
+
+export interface HeatmapEvents {
+  /** A layer's cell (or label) was clicked: open its histogram at ``step``. */
+  select(layer: string, step: number | null): void;
+  /** A group's row was clicked: open or close it. */
+  toggle(prefix: string): void;
+  /** The step window was zoomed or panned (null: every step). */
+  zoom(window: [number, number] | null): void;
+}
+
+const MAX_HEIGHT = 640;
+const AXIS_HEIGHT = 26;
+
+export class Heatmap {
+  readonly root: HTMLElement;
+  private readonly legend: HTMLElement;
+  private readonly labels: HTMLElement;
+  private readonly plot: HTMLElement;
+  private readonly canvas: HTMLCanvasElement;
+  private readonly axis: SVGSVGElement;
+  private readonly tooltip: HTMLElement;
+  private readonly hoverRow: HTMLElement;
+  private readonly hoverCol: HTMLElement;
+  private readonly marker: HTMLElement;
+  private readonly zoomer: ZoomBehavior<HTMLElement, unknown>;
+  private transform: ZoomTransform = zoomIdentity;
+  private resettingZoom = false;
+  private zoomTimer: number | undefined;
+
+  private data: HeatmapResponse | null = null;
+  private metric: MetricInfo | null = null;
+  private rows: Row[] = [];
+  /** Each drawn row's cells (a group's aggregated once, at paint time). */
+  private rowCells: { values: Float64Array; missing: Uint8Array }[] = [];
+  private rowHeight = 14;
+  private scale: CellScale | null = null;
+  private selected: { layer: string; step: number | null } = { layer: "", step: null };
+
+  constructor(private readonly events: HeatmapEvents) {
+    this.legend = h("div", { class: "tv-legend" });
+    this.labels = h("div", { class: "tv-heatmap-labels" });
+    this.canvas = h("canvas", { class: "tv-heatmap-canvas" });
+    this.hoverRow = h("div", { class: "tv-hover-row" });
+    this.hoverCol = h("div", { class: "tv-hover-col" });
+    this.marker = h("div", { class: "tv-cell-marker" });
+    this.plot = h("div", { class: "tv-heatmap-plot" }, [
+      this.canvas,
+      this.hoverRow,
+      this.hoverCol,
+      this.marker,
+    ]);
+    this.axis = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    this.axis.classList.add("tv-axis");
+    this.tooltip = h("div", { class: "tv-tooltip", attrs: { role: "tooltip" } });
+    this.root = h("div", { class: "tv-heatmap" }, [
+      this.legend,
+      h("div", { class: "tv-heatmap-body" }, [
+        this.labels,
+        h("div", { class: "tv-heatmap-right" }, [this.plot, this.axis]),
+      ]),
+      this.tooltip,
+    ]);
+    this.plot.addEventListener("pointermove", (event) => this.hover(event));
+    this.plot.addEventListener("pointerleave", () => this.unhover());
+    this.plot.addEventListener("pointerenter", () => {
+      this.box = null;
+    });
+    window.addEventListener(
+      "scroll",
+      () => {
+        this.box = null;
+      },
+      { passive: true, capture: true },
+    );
+    this.plot.addEventListener("click", (event) => this.click(event));
+    this.labels.addEventListener("click", (event) => this.clickLabel(event));
+    this.zoomer = zoom<HTMLElement, unknown>()
+      .scaleExtent([1, 256])
+      .filter((event: Event) => {
+        const mouse = event as MouseEvent;
+        return !mouse.button && event.type !== "dblclick";
+      })
+      .on("zoom", (event: D3ZoomEvent<HTMLElement, unknown>) => this.zoomed(event));
+    select(this.plot).call(this.zoomer);
+    this.plot.addEventListener("dblclick", () => this.events.zoom(null));
+  }
+
+  /** Width in CSS pixels of the plot area: the number of columns worth asking for. */
+  plotWidth(): number {
+    return Math.max(50, Math.floor(this.plot.clientWidth || this.root.clientWidth - 220));
+  }
+
+  /** Draw new data. */
+  setData(
+    data: HeatmapResponse,
+    metric: MetricInfo,
+    isExpanded: (prefix: string) => boolean,
+  ): void {
+    this.data = data;
+    this.metric = metric;
+    this.rows = buildRows(
+      data.layers.map((layer) => layer.layer),
+      isExpanded,
+    );
+    this.scale = cellScale(metric.scale, data.value_range, metric.kind === "fraction");
+    this.resetZoom();
+    this.render();
+  }
+
+  /** Mark the opened layer and step. */
+  setSelected(layer: string, step: number | null): void {
+    this.selected = { layer, step };
+    this.placeMarker();
+  }
+
+  /** Redraw everything (after a resize or a theme change). */
+  render(): void {
+    const data = this.data;
+    if (!data || !this.metric || !this.scale) return;
+    const count = this.rows.length;
+    this.rowHeight = Math.max(2, Math.min(18, Math.floor(MAX_HEIGHT / Math.max(1, count))));
+    this.renderLabels();
+    this.renderLegend();
+    this.paint();
+    this.placeMarker();
+  }
+
+  private renderLabels(): void {
+    const small = this.rowHeight < 9;
+    this.labels.classList.toggle("tv-labels-small", small);
+    this.labels.style.height = `${this.rows.length * this.rowHeight}px`;
+    replaceChildren(
+      this.labels,
+      this.rows.map((row, index) =>
+        h(
+          "div",
+          {
+            class: `tv-row-label tv-row-${row.kind}`,
+            title: row.kind === "group" ? `${row.key}.* (${row.indices.length} layers)` : row.key,
+            data: { key: row.key, kind: row.kind, row: String(index) },
+            attrs: {
+              style: `height:${this.rowHeight}px;line-height:${this.rowHeight}px;padding-left:${
+                4 + row.depth * 10
+              }px`,
+            },
+          },
+          row.kind === "group"
+            ? [
+                h("span", { class: "tv-twisty", text: row.expanded ? "▾ " : "▸ " }),
+                row.label,
+                h("span", { class: "tv-group-count", text: ` (${row.indices.length})` }),
+              ]
+            : [row.label],
+        ),
+      ),
+    );
+  }
+
+  private renderLegend(): void {
+    const scale = this.scale;
+    const metric = this.metric;
+    const data = this.data;
+    if (!scale || !metric || !data) return;
+    const gradient = h("canvas", { class: "tv-legend-bar", attrs: { width: "256", height: "1" } });
+    const context = gradient.getContext("2d");
+    if (context) {
+      const image = context.createImageData(256, 1);
+      new Uint32Array(image.data.buffer).set(scale.lut);
+      context.putImageData(image, 0, 0);
+    }
+    const ticks = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    ticks.classList.add("tv-legend-axis");
+    ticks.setAttribute("width", "276");
+    ticks.setAttribute("height", "20");
+    const legendScale = scaleLinear().domain([scale.lo, scale.hi]).range([0, 256]);
+    select(ticks)
+      .append("g")
+      .attr("transform", "translate(10,0)")
+      .call(axisBottom(legendScale).ticks(5).tickSize(4).tickFormat(d3format(".3~g")));
+    const swatch = (colour: string, label: string, key: string) =>
+      h("span", { class: "tv-swatch-item", data: { special: key } }, [
+        h("span", { class: "tv-swatch", attrs: { style: `background:${colour}` } }),
+        label,
+      ]);
+    const reduce = data.columns.some((column) => column.count > 1)
+      ? `, ${data.reduce} per column`
+      : "";
+    replaceChildren(this.legend, [
+      h("div", { class: "tv-legend-title" }, [
+        `${metric.label}${data.format ? ` (${data.format})` : ""}`,
+        h("span", {
+          class: "tv-muted",
+          text: ` · ${data.layers.length} layers × ${data.total_steps} steps in ${data.columns.length} columns${reduce}`,
+        }),
+      ]),
+      h("div", { class: "tv-legend-scale" }, [h("div", {}, [gradient, ticks])]),
+      h("div", { class: "tv-legend-specials" }, [
+        swatch(SPECIAL.nan, "NaN", "nan"),
+        swatch(SPECIAL.posinf, "+Inf", "posinf"),
+        swatch(SPECIAL.neginf, metric.kind === "log2" ? "−Inf (all zero)" : "−Inf", "neginf"),
+        h("span", { class: "tv-swatch-item" }, [
+          h("span", { class: "tv-swatch tv-swatch-missing" }),
+          "no data",
+        ]),
+      ]),
+    ]);
+  }
+
+  /** Paint every cell into the canvas, one pixel per cell. */
+  private paint(): void {
+    const data = this.data;
+    const scale = this.scale;
+    if (!data || !scale) return;
+    const started = performance.now();
+    const columns = data.columns.length;
+    const rows = this.rows.length;
+    this.canvas.width = Math.max(1, columns);
+    this.canvas.height = Math.max(1, rows);
+    this.rowCells = this.rows.map((row) => rowValues(row, data.values, data.missing, columns));
+    if (columns > 0 && rows > 0) {
+      const image = new ImageData(columns, rows);
+      const pixels = new Uint32Array(image.data.buffer);
+      const { lo, hi, lut } = scale;
+      const factor = hi > lo ? 255 / (hi - lo) : 0;
+      for (let r = 0; r < rows; r++) {
+        const { values, missing } = this.rowCells[r];
+        const base = r * columns;
+        for (let c = 0; c < columns; c++) {
+          const value = values[c];
+          let colour: number;
+          if (missing[c]) colour = SPECIAL_PACKED.missing;
+          else if (value === Infinity) colour = SPECIAL_PACKED.posinf;
+          else if (value === -Infinity) colour = SPECIAL_PACKED.neginf;
+          else if (value !== value) colour = SPECIAL_PACKED.nan;
+          else {
+            const index = Math.round((value - lo) * factor);
+            colour = lut[index < 0 ? 0 : index > 255 ? 255 : index];
+          }
+          pixels[base + c] = colour;
+        }
+      }
+      this.canvas.getContext("2d")?.putImageData(image, 0, 0);
+    }
+    this.place();
+    this.root.dataset.drawMs = (performance.now() - started).toFixed(1);
+    this.root.dataset.rows = String(rows);
+    this.root.dataset.columns = String(columns);
+  }
+
+  /** Size the canvas over the plot and apply the zoom (a CSS transform), then the axis. */
+  private place(): void {
+    if (!this.data) return;
+    const width = this.plotWidth();
+    const height = this.rows.length * this.rowHeight;
+    this.plot.style.height = `${height}px`;
+    this.canvas.style.width = `${width}px`;
+    this.canvas.style.height = `${height}px`;
+    const { k, x } = this.transform;
+    this.canvas.style.transform = k === 1 && x === 0 ? "" : `translateX(${x}px) scaleX(${k})`;
+    this.box = null;
+    this.renderAxis(width);
+  }
+
+  /** Fractional column range [first, last) shown under the current zoom. */
+  private visibleColumns(width: number): [number, number] {
+    const columns = this.data?.columns.length ?? 0;
+    const first = (this.transform.invertX(0) / width) * columns;
+    const last = (this.transform.invertX(width) / width) * columns;
+    return [Math.max(0, first), Math.min(columns, Math.max(first + 1e-6, last))];
+  }
+
+  private renderAxis(width: number): void {
+    const data = this.data;
+    if (!data || data.columns.length === 0) return;
+    const columns = data.columns;
+    const [first, last] = this.visibleColumns(width);
+    const stepAt = (position: number) => {
+      const index = Math.min(columns.length - 1, Math.max(0, Math.floor(position)));
+      const column = columns[index];
+      const span = column.last_step + 1 - column.first_step;
+      return column.first_step + span * Math.min(1, Math.max(0, position - index));
+    };
+    const scale = scaleLinear()
+      .domain([stepAt(first), stepAt(last)])
+      .range([0, width]);
+    this.axis.setAttribute("width", String(width + 20));
+    this.axis.setAttribute("height", String(AXIS_HEIGHT));
+    const svg = select(this.axis);
+    svg.selectAll("*").remove();
+    svg
+      .append("g")
+      .attr("transform", "translate(0,0)")
+      .call(
+        axisBottom(scale)
+          .ticks(Math.max(2, Math.floor(width / 90)))
+          .tickFormat(d3format("~s")),
+      );
+  }
+
+  private resetZoom(): void {
+    this.transform = zoomIdentity;
+    this.resettingZoom = true;
+    select(this.plot).call(this.zoomer.transform, zoomIdentity);
+    this.resettingZoom = false;
+  }
+
+  private zoomed(event: D3ZoomEvent<HTMLElement, unknown>): void {
+    if (this.resettingZoom) return;
+    const width = this.plotWidth();
+    // Zoom and pan over steps only: keep k and x, clamp so the data fill the plot.
+    const k = event.transform.k;
+    const x = Math.min(0, Math.max(width - width * k, event.transform.x));
+    this.transform = zoomIdentity.translate(x, 0).scale(k);
+    this.place();
+    this.placeMarker();
+    window.clearTimeout(this.zoomTimer);
+    this.zoomTimer = window.setTimeout(() => this.zoomSettled(), 350);
+  }
+
+  /** After zooming stops, ask for the visible step window at full resolution. */
+  private zoomSettled(): void {
+    const data = this.data;
+    if (!data || data.columns.length === 0 || this.transform.k === 1) return;
+    const [first, last] = this.visibleColumns(this.plotWidth());
+    const columns = data.columns;
+    const from = columns[Math.max(0, Math.floor(first))].first_step;
+    const to = columns[Math.min(columns.length - 1, Math.ceil(last) - 1)].last_step;
+    this.events.zoom([from, to]);
+  }
+
+  /** The plot's position, measured once per pointer visit (reading it forces layout). */
+  private box: DOMRect | null = null;
+  private canvasBox(): DOMRect {
+    if (!this.box) this.box = this.plot.getBoundingClientRect();
+    return this.box;
+  }
+
+  /** The row and column under a pointer position, or null outside the cells. */
+  private cellAt(event: MouseEvent): { row: number; column: number } | null {
+    const data = this.data;
+    if (!data) return null;
+    const box = this.canvasBox();
+    const x = event.clientX - box.left;
+    const y = event.clientY - box.top;
+    const row = Math.floor(y / this.rowHeight);
+    if (row < 0 || row >= this.rows.length || x < 0 || x >= box.width) return null;
+    const position = (this.transform.invertX(x) / box.width) * data.columns.length;
+    const column = Math.floor(position);
+    if (column < 0 || column >= data.columns.length) return null;
+    return { row, column };
+  }
+
+  private columnLeft(column: number): number {
+    const width = this.plotWidth();
+    const columns = this.data?.columns.length ?? 1;
+    return this.transform.applyX((column / columns) * width);
+  }
+
+  private hover(event: PointerEvent): void {
+    const started = performance.now();
+    const cell = this.cellAt(event);
+    const data = this.data;
+    if (!cell || !data) {
+      this.unhover();
+      return;
+    }
+    const row = this.rows[cell.row];
+    const column = data.columns[cell.column];
+    const value = this.rowCells[cell.row];
+    const missing = value.missing[cell.column] === 1;
+    const steps =
+      column.first_step === column.last_step
+        ? `step ${column.first_step}`
+        : `steps ${column.first_step}–${column.last_step} (${column.count} recorded, ${data.reduce})`;
+    const name =
+      row.kind === "group" ? `${row.key}.* (max of ${row.indices.length} layers)` : row.key;
+    const exact = row.indices.every((index) => data.exact[index]);
+    this.tooltip.replaceChildren(
+      h("div", { class: "tv-tooltip-name", text: name }),
+      h("div", { text: steps }),
+      h("div", {
+        text: `${this.metric?.label ?? data.metric}: ${
+          missing ? "no data" : formatValue(value.values[cell.column])
+        }${exact ? "" : " (estimated)"}`,
+      }),
+    );
+    this.tooltip.style.display = "block";
+    // Placed without measuring it (no forced layout): flip to the pointer's other side
+    // near the window's right or bottom edge.
+    const flipX = event.clientX > window.innerWidth - 440;
+    const flipY = event.clientY > window.innerHeight - 90;
+    this.tooltip.style.transform = `translate(${event.clientX + (flipX ? -14 : 14)}px, ${
+      event.clientY + (flipY ? -14 : 14)
+    }px) translate(${flipX ? "-100%" : "0"}, ${flipY ? "-100%" : "0"})`;
+    const left = this.columnLeft(cell.column);
+    const right = this.columnLeft(cell.column + 1);
+    this.hoverRow.style.display = "block";
+    this.hoverRow.style.transform = `translateY(${cell.row * this.rowHeight}px)`;
+    this.hoverRow.style.height = `${this.rowHeight}px`;
+    this.hoverCol.style.display = "block";
+    this.hoverCol.style.transform = `translateX(${left}px)`;
+    this.hoverCol.style.width = `${Math.max(1, right - left)}px`;
+    const elapsed = performance.now() - started;
+    this.root.dataset.hoverMs = elapsed.toFixed(2);
+    const worst = Number(this.root.dataset.hoverMaxMs ?? "0");
+    if (elapsed > worst) this.root.dataset.hoverMaxMs = elapsed.toFixed(2);
+  }
+
+  private unhover(): void {
+    this.tooltip.style.display = "none";
+    this.hoverRow.style.display = "none";
+    this.hoverCol.style.display = "none";
+  }
+
+  private click(event: MouseEvent): void {
+    const cell = this.cellAt(event);
+    const data = this.data;
+    if (!cell || !data) return;
+    const row = this.rows[cell.row];
+    if (row.kind === "group") {
+      this.events.toggle(row.key);
+      return;
+    }
+    this.events.select(row.key, data.columns[cell.column].step);
+  }
+
+  private clickLabel(event: MouseEvent): void {
+    const target = (event.target as HTMLElement).closest<HTMLElement>(".tv-row-label");
+    if (!target) return;
+    const key = target.dataset.key ?? "";
+    if (target.dataset.kind === "group") this.events.toggle(key);
+    else this.events.select(key, this.selected.step);
+  }
+
+  private placeMarker(): void {
+    const data = this.data;
+    const rowIndex = this.rows.findIndex(
+      (row) => row.kind === "layer" && row.key === this.selected.layer,
+    );
+    if (!data || rowIndex < 0 || data.columns.length === 0) {
+      this.marker.style.display = "none";
+      return;
+    }
+    const step = this.selected.step;
+    let column = data.columns.length - 1;
+    if (step !== null) {
+      const found = data.columns.findIndex((c) => step <= c.last_step);
+      column = found < 0 ? data.columns.length - 1 : found;
+    }
+    const left = this.columnLeft(column);
+    const right = this.columnLeft(column + 1);
+    this.marker.style.display = "block";
+    this.marker.style.transform = `translate(${left - 1}px, ${rowIndex * this.rowHeight - 1}px)`;
+    this.marker.style.width = `${Math.max(2, right - left) + 2}px`;
+    this.marker.style.height = `${this.rowHeight + 2}px`;
+  }
+
+  /** Show the shared crosshair's step (hovered on a line chart) as a column; null hides it. */
+  showStep(step: number | null): void {
+    const data = this.data;
+    if (!data || step === null || data.columns.length === 0) {
+      this.hoverCol.style.display = "none";
+      return;
+    }
+    const column = data.columns.findIndex((c) => step >= c.first_step && step <= c.last_step);
+    if (column < 0) {
+      this.hoverCol.style.display = "none";
+      return;
+    }
+    const left = this.columnLeft(column);
+    this.hoverCol.style.display = "block";
+    this.hoverCol.style.transform = `translateX(${left}px)`;
+    this.hoverCol.style.width = `${Math.max(1, this.columnLeft(column + 1) - left)}px`;
+  }
+}

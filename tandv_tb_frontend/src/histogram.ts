@@ -1,0 +1,495 @@
+/**
+ * Exponent histograms as small multiples: one panel per (layer, tensor type), the runs
+ * overlaid in each. One bar per binade 2^n; zeros, NaN, +Inf and -Inf drawn apart on the
+ * right; each overlay format draws its largest value, smallest normal and smallest
+ * subnormal, with the share of values that would underflow or overflow.
+ */
+
+import { axisBottom, axisLeft } from "d3-axis";
+import { format as d3format } from "d3-format";
+import { scaleLinear, scaleLog } from "d3-scale";
+import { schemeDark2 } from "d3-scale-chromatic";
+import { select } from "d3-selection";
+import type { FormatCast, HistogramLayer } from "./api";
+import { h } from "./dom";
+import { formatCount, formatShare, formatValue } from "./numbers";
+
+export interface RunHistogram {
+  run: string;
+  colour: string;
+  data: HistogramLayer | null;
+}
+
+export interface Panel {
+  layer: string;
+  tensorType: string;
+  runs: RunHistogram[];
+  /** Shown after the title (the run, when runs are side by side). */
+  caption?: string;
+}
+
+export interface HistogramOptions {
+  count: boolean;
+  log: boolean;
+  scaled: boolean;
+  colWrap: number;
+}
+
+const HEIGHT = 230;
+const MIN_PANEL_WIDTH = 380;
+const MARGIN = { top: 22, right: 8, bottom: 30, left: 52 };
+const SPECIALS = ["zero", "nan", "+inf", "-inf"] as const;
+const SPECIAL_LABELS: Record<(typeof SPECIALS)[number], string> = {
+  zero: "0",
+  nan: "NaN",
+  "+inf": "+Inf",
+  "-inf": "−Inf",
+};
+const SUPERSCRIPT: Record<string, string> = {
+  "-": "⁻",
+  "0": "⁰",
+  "1": "¹",
+  "2": "²",
+  "3": "³",
+  "4": "⁴",
+  "5": "⁵",
+  "6": "⁶",
+  "7": "⁷",
+  "8": "⁸",
+  "9": "⁹",
+};
+
+/** 2ⁿ with a superscript exponent. */
+export function binadeLabel(n: number): string {
+  return `2${[...String(n)].map((c) => SUPERSCRIPT[c] ?? c).join("")}`;
+}
+
+/** A stable colour per format name, in order of first appearance. */
+export class FormatColours {
+  private readonly seen = new Map<string, string>();
+  get(name: string): string {
+    let colour = this.seen.get(name);
+    if (!colour) {
+      colour = schemeDark2[this.seen.size % schemeDark2.length];
+      this.seen.set(name, colour);
+    }
+    return colour;
+  }
+}
+
+function specialCount(layer: HistogramLayer, key: (typeof SPECIALS)[number]): number {
+  if (key === "zero") return layer.zero_count;
+  if (key === "nan") return layer.nan_count;
+  if (key === "+inf") return layer.posinf_count;
+  return layer.neginf_count;
+}
+
+/** How far the "scaled" toggle slides a format: log2(max_abs / format max), or 0. */
+export function scaleShift(layer: HistogramLayer, cast: FormatCast): number {
+  const maxAbs = layer.statistics.max_abs;
+  if (!(maxAbs > 0) || !Number.isFinite(maxAbs)) return 0;
+  return Math.log2(maxAbs) - Math.log2(cast.max);
+}
+
+/**
+ * Under/overflow of a format after per-tensor scaling (its largest value meets max_abs),
+ * estimated from the bins: values below half the smallest subnormal (scaled) become zero,
+ * a bin cut by that threshold counts in proportion (log-uniform within the binade); nothing
+ * overflows by construction.
+ */
+export function scaledCasts(
+  layer: HistogramLayer,
+  cast: FormatCast,
+): { under: number; over: number } {
+  const shift = scaleShift(layer, cast);
+  const threshold = Math.log2(cast.smallest_subnormal / 2) + shift;
+  let under = 0;
+  layer.counts.forEach((count, i) => {
+    const n = layer.bins_lo + i;
+    if (n + 1 <= threshold) under += count;
+    else if (n < threshold) under += count * (threshold - n);
+  });
+  return { under: Math.round(under), over: 0 };
+}
+
+function svgElement(width: number, height: number): SVGSVGElement {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.classList.add("tv-hist-svg");
+  return svg;
+}
+
+function exponentRange(panel: Panel, options: HistogramOptions): [number, number] {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const { data } of panel.runs) {
+    if (!data) continue;
+    if (data.counts.length) {
+      lo = Math.min(lo, data.bins_lo);
+      hi = Math.max(hi, data.bins_lo + data.counts.length);
+    }
+    for (const cast of data.formats) {
+      if (cast.format === data.dtype && data.counts.length) continue; // the dtype's range is huge
+      const shift = options.scaled ? scaleShift(data, cast) : 0;
+      lo = Math.min(lo, Math.floor(Math.log2(cast.smallest_subnormal) + shift) - 1);
+      hi = Math.max(hi, Math.ceil(Math.log2(cast.max) + shift) + 2);
+    }
+  }
+  if (!Number.isFinite(lo) || !Number.isFinite(hi)) return [-10, 10];
+  return [lo - 1, hi + 1];
+}
+
+/** One panel's chart. */
+function chart(panel: Panel, options: HistogramOptions, width: number, colours: FormatColours) {
+  const svg = svgElement(width, HEIGHT);
+  const runs = panel.runs.filter((r) => r.data);
+  const specialsWidth = 4 * Math.max(26, 8 * runs.length) + 14;
+  const plotRight = width - MARGIN.right - specialsWidth;
+  const [lo, hi] = exponentRange(panel, options);
+  const x = scaleLinear().domain([lo, hi]).range([MARGIN.left, plotRight]);
+  const value = (count: number, numel: number) =>
+    options.count ? count : count / Math.max(1, numel);
+  let top = 0;
+  let smallest = Infinity;
+  for (const { data } of runs) {
+    if (!data) continue;
+    const all = [...data.counts, ...SPECIALS.map((key) => specialCount(data, key))];
+    for (const count of all) {
+      const v = value(count, data.numel);
+      top = Math.max(top, v);
+      if (v > 0) smallest = Math.min(smallest, v);
+    }
+  }
+  if (!(top > 0)) top = 1;
+  const bottom = HEIGHT - MARGIN.bottom;
+  const y = options.log
+    ? scaleLog()
+        .domain([Math.min(smallest, top) / 2, top * 1.5])
+        .range([bottom, MARGIN.top])
+        .clamp(true)
+    : scaleLinear()
+        .domain([0, top * 1.08])
+        .range([bottom, MARGIN.top]);
+  const base = options.log ? bottom : y(0);
+  const root = select(svg);
+
+  // Format overlays: shaded over/underflow zones and lines at the format's limits.
+  const overlayOf = runs[0]?.data;
+  if (overlayOf) {
+    const casts = overlayOf.formats.filter(
+      (c) => c.format !== overlayOf.dtype || !overlayOf.counts.length,
+    );
+    casts.forEach((cast, index) => {
+      const colour = colours.get(cast.format);
+      const shift = options.scaled ? scaleShift(overlayOf, cast) : 0;
+      const edges = [
+        { value: Math.log2(cast.max), label: "max", dash: "" },
+        { value: Math.log2(cast.smallest_normal), label: "min normal", dash: "5,3" },
+        { value: Math.log2(cast.smallest_subnormal), label: "min subnormal", dash: "2,3" },
+      ];
+      const group = root
+        .append("g")
+        .attr("class", "tv-format-overlay")
+        .attr("data-format", cast.format);
+      const overflowAt = x(Math.log2(cast.max) + shift);
+      const underflowAt = x(Math.log2(cast.smallest_subnormal) - 1 + shift);
+      group
+        .append("rect")
+        .attr("x", Math.min(Math.max(overflowAt, MARGIN.left), plotRight))
+        .attr("y", MARGIN.top)
+        .attr("width", Math.max(0, plotRight - Math.max(overflowAt, MARGIN.left)))
+        .attr("height", bottom - MARGIN.top)
+        .attr("fill", colour)
+        .attr("opacity", 0.06);
+      group
+        .append("rect")
+        .attr("x", MARGIN.left)
+        .attr("y", MARGIN.top)
+        .attr("width", Math.max(0, Math.min(underflowAt, plotRight) - MARGIN.left))
+        .attr("height", bottom - MARGIN.top)
+        .attr("fill", colour)
+        .attr("opacity", 0.06);
+      for (const edge of edges) {
+        const at = x(edge.value + shift);
+        if (at < MARGIN.left || at > plotRight) continue;
+        group
+          .append("line")
+          .attr("x1", at)
+          .attr("x2", at)
+          .attr("y1", MARGIN.top - 4)
+          .attr("y2", bottom)
+          .attr("stroke", colour)
+          .attr("stroke-width", 1.5)
+          .attr("stroke-dasharray", edge.dash)
+          .append("title")
+          .text(`${cast.format} ${edge.label}${options.scaled ? " (scaled)" : ""}`);
+      }
+      group
+        .append("text")
+        .attr("class", "tv-format-label")
+        .attr("x", Math.min(plotRight - 2, Math.max(MARGIN.left + 2, overflowAt - 3)))
+        .attr("y", MARGIN.top - 8 + 10 * index)
+        .attr("text-anchor", "end")
+        .attr("fill", colour)
+        .text(cast.format);
+    });
+  }
+
+  // Bars, one slot per run inside each binade.
+  const binWidth = Math.max(1, x(1) - x(0));
+  const slot = binWidth / Math.max(1, runs.length);
+  runs.forEach(({ run, colour, data }, r) => {
+    if (!data) return;
+    const group = root.append("g").attr("class", "tv-bars").attr("data-run", run);
+    data.counts.forEach((count, i) => {
+      if (count === 0) return;
+      const n = data.bins_lo + i;
+      const v = value(count, data.numel);
+      const top = y(v);
+      group
+        .append("rect")
+        .attr("class", "tv-bar")
+        .attr("data-run", run)
+        .attr("data-bin", String(n))
+        .attr("data-count", String(count))
+        .attr("x", x(n) + r * slot + 0.5)
+        .attr("width", Math.max(1, slot - 1))
+        .attr("y", Math.min(top, base))
+        .attr("height", Math.max(1, Math.abs(base - top)))
+        .attr("fill", colour)
+        .attr("opacity", runs.length > 1 ? 0.85 : 1)
+        .append("title")
+        .text(
+          `${run}: 2^${n} ≤ |x| < 2^${n + 1}: ${formatCount(count)} (${formatShare(count, data.numel)})`,
+        );
+    });
+  });
+
+  // Zeros, NaN and infinities, apart from the bins.
+  const specialsLeft = plotRight + 16;
+  const specialSlot = (specialsWidth - 16) / SPECIALS.length;
+  const runSlot = (specialSlot - 4) / Math.max(1, runs.length);
+  SPECIALS.forEach((key, k) => {
+    const left = specialsLeft + k * specialSlot;
+    root
+      .append("text")
+      .attr("class", "tv-special-label")
+      .attr("x", left + specialSlot / 2)
+      .attr("y", bottom + 14)
+      .attr("text-anchor", "middle")
+      .text(SPECIAL_LABELS[key]);
+    runs.forEach(({ run, colour, data }, r) => {
+      if (!data) return;
+      const count = specialCount(data, key);
+      const v = value(count, data.numel);
+      const top = count > 0 ? y(v) : base;
+      root
+        .append("rect")
+        .attr("class", "tv-bar tv-special-bar")
+        .attr("data-run", run)
+        .attr("data-bin", key)
+        .attr("data-count", String(count))
+        .attr("x", left + r * runSlot)
+        .attr("width", Math.max(1, runSlot - 1))
+        .attr("y", Math.min(top, base))
+        .attr("height", count > 0 ? Math.max(1, Math.abs(base - top)) : 0)
+        .attr("fill", key === "zero" ? colour : "#d81b60")
+        .append("title")
+        .text(
+          `${run}: ${SPECIAL_LABELS[key]}: ${formatCount(count)} (${formatShare(count, data.numel)})`,
+        );
+    });
+  });
+  root
+    .append("line")
+    .attr("class", "tv-separator")
+    .attr("x1", specialsLeft - 8)
+    .attr("x2", specialsLeft - 8)
+    .attr("y1", MARGIN.top)
+    .attr("y2", bottom);
+
+  // Axes.
+  const span = hi - lo;
+  const step = Math.max(1, Math.ceil(span / Math.max(2, (plotRight - MARGIN.left) / 34)));
+  const ticks: number[] = [];
+  for (let n = Math.ceil(lo / step) * step; n <= hi; n += step) ticks.push(n);
+  root
+    .append("g")
+    .attr("class", "tv-axis")
+    .attr("transform", `translate(0,${bottom})`)
+    .call(
+      axisBottom(x)
+        .tickValues(ticks)
+        .tickFormat((n) => binadeLabel(Number(n))),
+    );
+  const yAxis = axisLeft(y);
+  if (options.log) {
+    // One tick per power of ten (at most 6), labelled compactly.
+    const [low, high] = y.domain();
+    const decades: number[] = [];
+    for (let e = Math.ceil(Math.log10(low)); e <= Math.floor(Math.log10(high)); e++) {
+      decades.push(10 ** e);
+    }
+    const stride = Math.ceil(decades.length / 6);
+    yAxis
+      .tickValues(decades.filter((_, i) => i % stride === 0))
+      .tickFormat(d3format(options.count ? "~s" : ".0e"));
+  } else {
+    yAxis.ticks(4).tickFormat(d3format(options.count ? "~s" : ".0%"));
+  }
+  root
+    .append("g")
+    .attr("class", "tv-axis")
+    .attr("transform", `translate(${MARGIN.left},0)`)
+    .call(yAxis);
+  root
+    .append("text")
+    .attr("class", "tv-axis-title")
+    .attr("x", MARGIN.left)
+    .attr("y", 10)
+    .text(options.count ? "count" : "fraction of values");
+  return svg;
+}
+
+/** Under/overflow per format and run: exact figures where recorded, estimates labelled. */
+function castTable(panel: Panel, options: HistogramOptions, colours: FormatColours): HTMLElement {
+  const runs = panel.runs.filter((r) => r.data);
+  const several = runs.length > 1;
+  const rows: HTMLElement[] = [];
+  const formats = new Set<string>();
+  for (const { data } of runs) for (const cast of data?.formats ?? []) formats.add(cast.format);
+  for (const name of formats) {
+    for (const { run, colour, data } of runs) {
+      const cast = data?.formats.find((c) => c.format === name);
+      if (!data || !cast) continue;
+      const finite = data.numel - data.nan_count - data.posinf_count - data.neginf_count;
+      const scaled = options.scaled && name !== data.dtype ? scaledCasts(data, cast) : null;
+      const under = scaled ? scaled.under : cast.underflow;
+      const over = scaled ? scaled.over : cast.overflow;
+      const exact = !scaled && cast.exact;
+      const label = scaled ? "estimated, scaled" : cast.exact ? "exact" : "estimated";
+      rows.push(
+        h(
+          "tr",
+          {
+            class: "tv-format-stat",
+            data: {
+              format: name,
+              run,
+              underflow: String(under),
+              overflow: String(over),
+              exact: String(exact),
+            },
+          },
+          [
+            h("td", {}, [
+              h("span", {
+                class: "tv-swatch",
+                attrs: { style: `background:${colours.get(name)}` },
+              }),
+              name,
+            ]),
+            several
+              ? h("td", {}, [
+                  h("span", { class: "tv-swatch", attrs: { style: `background:${colour}` } }),
+                  run,
+                ])
+              : null,
+            h("td", {
+              class: "tv-num",
+              text: `${formatCount(under)} (${formatShare(under, finite)})`,
+            }),
+            h("td", {
+              class: "tv-num",
+              text: `${formatCount(over)} (${formatShare(over, finite)})`,
+            }),
+            h("td", { class: exact ? "tv-exact" : "tv-estimate", text: label }),
+          ],
+        ),
+      );
+    }
+  }
+  return h("table", { class: "tv-cast-table" }, [
+    h("thead", {}, [
+      h("tr", {}, [
+        h("th", { text: "format" }),
+        several ? h("th", { text: "run" }) : null,
+        h("th", { text: "underflow" }),
+        h("th", { text: "overflow" }),
+        h("th", { text: "" }),
+      ]),
+    ]),
+    h("tbody", {}, rows),
+  ]);
+}
+
+function summary(runs: RunHistogram[]): HTMLElement {
+  return h(
+    "div",
+    { class: "tv-hist-summary" },
+    runs.map(({ run, colour, data }) => {
+      if (!data) return h("div", { class: "tv-muted", text: `${run}: not recorded` });
+      const s = data.statistics;
+      return h("div", { class: "tv-hist-stats", data: { run, step: String(data.step) } }, [
+        h("span", { class: "tv-swatch", attrs: { style: `background:${colour}` } }),
+        `${run} · step ${data.step} · ${data.dtype} · ${formatCount(data.numel)} values · max|x| ${formatValue(
+          s.max_abs,
+        )} · rm2 ${formatValue(s.rm2)} · min|x|≠0 ${formatValue(s.min_abs_nonzero)}`,
+      ]);
+    }),
+  );
+}
+
+/** Draw every panel into ``container`` (which is emptied first). */
+export function renderHistograms(
+  container: HTMLElement,
+  panels: Panel[],
+  options: HistogramOptions,
+  colours: FormatColours,
+): void {
+  const available = container.clientWidth || 600;
+  // Wrap into at most ``colWrap`` columns, fewer where panels would be too narrow to read.
+  const fit = Math.max(1, Math.floor((available + 12) / (MIN_PANEL_WIDTH + 12)));
+  const columns = Math.max(1, Math.min(options.colWrap, panels.length, fit));
+  const width = Math.max(240, Math.floor((available - (columns - 1) * 12) / columns) - 2);
+  container.style.gridTemplateColumns = `repeat(${columns}, minmax(0, 1fr))`;
+  const key = h("div", {
+    class: "tv-hist-key tv-muted",
+    text:
+      "Format lines: solid = largest value, dashed = smallest normal, dotted = smallest subnormal; " +
+      "shaded = would overflow (right) or underflow to zero (left)" +
+      (options.scaled ? "; scaled: each format slid so its largest value meets max|x|." : "."),
+  });
+  container.replaceChildren(
+    key,
+    ...panels.map((panel) => {
+      const first = panel.runs.find((r) => r.data)?.data;
+      return h(
+        "section",
+        {
+          class: "tv-hist-panel",
+          data: {
+            layer: panel.layer,
+            tensorType: panel.tensorType,
+            step: first ? String(first.step) : "",
+          },
+        },
+        [
+          h("div", { class: "tv-hist-title" }, [
+            h("span", { class: "tv-hist-layer", text: panel.layer }),
+            h("span", { class: "tv-muted", text: ` · ${panel.tensorType}` }),
+            panel.caption
+              ? h("span", { class: "tv-hist-caption", text: ` · ${panel.caption}` })
+              : null,
+          ]),
+          first
+            ? chart(panel, options, width, colours)
+            : h("div", { class: "tv-empty-small", text: "Not recorded for this tensor type." }),
+          first ? summary(panel.runs) : null,
+          first ? castTable(panel, options, colours) : null,
+        ],
+      );
+    }),
+  );
+}

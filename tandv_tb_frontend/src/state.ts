@@ -1,0 +1,141 @@
+/**
+ * What the user chose, kept across reloads: in the iframe's own URL hash (so a copied
+ * address of the frame reproduces the view) and in localStorage (so TensorBoard's reload,
+ * which recreates the frame, keeps it). TensorBoard's own hash entries ``p.tandv.<key>``
+ * (a link into TensorBoard) override both for the keys they name.
+ */
+
+export interface State {
+  /** Runs shown (compared); empty means "the first run". */
+  runs: string[];
+  /** The run whose heatmap is drawn (one of ``runs``). */
+  heatmapRun: string;
+  tensorType: string;
+  layerRegex: string;
+  metric: string;
+  /** Format for the metrics that need one (under/overflow). */
+  metricFormat: string;
+  reduce: "max" | "min" | "mean" | "last";
+  /** Step window of the heatmap (zoom); null for every step. */
+  window: [number, number] | null;
+  /** Module groups (name prefixes) shown expanded, or collapsed when ``collapseAll``. */
+  toggled: string[];
+  collapseAll: boolean;
+  /** The layer opened from the heatmap, and further layers pinned beside it. */
+  layer: string;
+  pinned: string[];
+  /** Further tensor types drawn as small multiples. */
+  extraTypes: string[];
+  /** The histogram's step; null for each layer's last step. */
+  step: number | null;
+  /** Formats overlaid on the histogram; null for the defaults (dtype, recorded, fp8). */
+  overlays: string[] | null;
+  histCount: boolean;
+  histLog: boolean;
+  scaled: boolean;
+  colWrap: number;
+  /** Metrics drawn as lines for the chosen layers. */
+  lineMetrics: string[];
+  lineLog: boolean;
+  /** Several runs: overlaid in one chart, or side by side in one chart each. */
+  compare: "overlay" | "side";
+}
+
+export const DEFAULT_STATE: State = {
+  runs: [],
+  heatmapRun: "",
+  tensorType: "",
+  layerRegex: "",
+  metric: "log2_rm2",
+  metricFormat: "float8_e4m3fn",
+  reduce: "max",
+  window: null,
+  toggled: [],
+  collapseAll: false,
+  layer: "",
+  pinned: [],
+  extraTypes: [],
+  step: null,
+  overlays: null,
+  histCount: false,
+  histLog: false,
+  scaled: false,
+  colWrap: 3,
+  lineMetrics: ["log2_rm2"],
+  lineLog: false,
+  compare: "overlay",
+};
+
+const STORAGE_KEY = "tandv_tb.numerics.state.v1";
+const HASH_KEY = "state";
+
+function sanitize(raw: unknown): Partial<State> {
+  if (!raw || typeof raw !== "object") return {};
+  const out: Record<string, unknown> = {};
+  for (const [key, fallback] of Object.entries(DEFAULT_STATE)) {
+    const value = (raw as Record<string, unknown>)[key];
+    if (value === undefined) continue;
+    const sameKind =
+      (Array.isArray(fallback) && Array.isArray(value)) ||
+      (fallback === null && (value === null || Array.isArray(value))) ||
+      (key === "step" && (value === null || typeof value === "number")) ||
+      (key === "window" && (value === null || Array.isArray(value))) ||
+      (fallback !== null && !Array.isArray(fallback) && typeof fallback === typeof value);
+    if (sameKind) out[key] = value;
+  }
+  return out as Partial<State>;
+}
+
+function fromHash(): Partial<State> {
+  const params = new URLSearchParams(window.location.hash.slice(1));
+  const text = params.get(HASH_KEY);
+  if (!text) return {};
+  try {
+    return sanitize(JSON.parse(text));
+  } catch {
+    return {};
+  }
+}
+
+function fromStorage(): Partial<State> {
+  try {
+    return sanitize(JSON.parse(window.localStorage.getItem(STORAGE_KEY) ?? "null"));
+  } catch {
+    return {};
+  }
+}
+
+/** Values from TensorBoard's ``p.tandv.*`` hash entries (strings; lists comma-separated). */
+export function fromHostData(data: Record<string, string>): Partial<State> {
+  const out: Record<string, unknown> = {};
+  for (const [key, text] of Object.entries(data)) {
+    const fallback = (DEFAULT_STATE as unknown as Record<string, unknown>)[key];
+    if (fallback === undefined) continue;
+    if (Array.isArray(fallback)) out[key] = text.split(",").filter(Boolean);
+    else if (typeof fallback === "boolean") out[key] = text === "true";
+    else if (typeof fallback === "number" || key === "step") out[key] = Number(text);
+    else if (typeof fallback === "string") out[key] = text;
+  }
+  return sanitize(out);
+}
+
+/** The state saved by an earlier visit (hash first, then localStorage). */
+export function loadState(): State {
+  return { ...DEFAULT_STATE, ...fromStorage(), ...fromHash() };
+}
+
+/** Save the state in the frame's URL hash and in localStorage. */
+export function saveState(state: State): void {
+  const text = JSON.stringify(state);
+  try {
+    window.localStorage.setItem(STORAGE_KEY, text);
+  } catch {
+    // storage full or disabled: the hash still holds the state
+  }
+  const params = new URLSearchParams();
+  params.set(HASH_KEY, text);
+  // An absolute URL: the frame's <base href> would turn "#…" into another page's address.
+  const address = new URL(window.location.href);
+  address.hash = params.toString();
+  window.history.replaceState(null, "", address.href);
+}

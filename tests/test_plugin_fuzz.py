@@ -1,0 +1,131 @@
+"""Random and malformed query strings over every route: never a 5xx, always JSON errors."""
+
+from __future__ import annotations
+
+import random
+import urllib.parse
+
+import pytest
+
+from tandv_tb.plugin.plugin import CSV_ROUTES, PLAIN_ROUTES, RUN_ROUTES
+from tests.plugin_helpers import LAYERS, TYPES, TensorBoardApp, write_logdir
+
+REQUESTS = 2400
+ROUTES = [*RUN_ROUTES, *PLAIN_ROUTES, *CSV_ROUTES, "static/index.js", "static/", "nothing"]
+PARAMS = [
+    "run", "tensor_type", "layer", "step", "format", "metric", "columns", "reduce",
+    "step_min", "step_max", "layer_regex", "points", "tag",
+]  # fmt: skip
+GOOD = {
+    "run": ["alpha", "nested/beta"],
+    "tensor_type": list(TYPES),
+    "layer": list(LAYERS),
+    "step": ["0", "3", "7", "39", "1000000"],
+    "format": ["float8_e4m3fn", "float8_e5m2", "bfloat16", "float4_e2m1fn", "float8_e8m0fnu"],
+    "metric": ["log2_rm2", "mean", "underflow_fraction", "overflow_count", "nan_count"],
+    "columns": ["1", "3", "1000", "10000"],
+    "reduce": ["max", "min", "mean", "last"],
+    "step_min": ["0", "5"],
+    "step_max": ["10", "39"],
+    "layer_regex": ["^blocks", "attn$", ".*"],
+    "points": ["1", "7"],
+    "tag": ["loss", "lr"],
+}
+JUNK = [
+    "", " ", "-1", "1.5", "nan", "inf", "1e309", "99999999999999999999999999", "0x10", "None",
+    "null", "[]", "{}", "'", '"', "<script>", "../..", "%", "%zz", "%00", "\x00", "\u2603",
+    "(", "[a-", "a" * 2000, "(a+)+$", "float8", "int8", "float128", "S5", "O", "V8",
+    "Activation/embed", "tandv/Activation/embed", "ALPHA", "alpha/", "/alpha",
+]  # fmt: skip
+RAW = [
+    "%", "%%", "%zz", "&&&", "=", "==", "run", "run=", "run=%ff%fe", "run[]=alpha",
+    "run=alpha&run=alpha", ";", "run=alpha;tensor_type=Activation", "%26%3D", "a=b=c",
+]  # fmt: skip
+
+
+def _query(rng: random.Random) -> str:
+    if rng.random() < 0.08:
+        return rng.choice(RAW) + "&" + rng.choice(RAW)
+    pairs = []
+    for name in rng.sample(PARAMS, rng.randint(0, len(PARAMS))):
+        for _ in range(rng.choice([1, 1, 1, 2])):
+            pool = GOOD[name] if rng.random() < 0.75 else JUNK
+            pairs.append((name, rng.choice(pool)))
+    query = urllib.parse.urlencode(pairs)
+    if rng.random() < 0.1:
+        query += "&" + rng.choice(RAW)
+    return query
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz")
+    write_logdir(root, steps=12)
+    tb = TensorBoardApp(root, "python")
+    yield tb
+    tb.close()
+
+
+def test_random_queries_never_give_a_server_error(app):
+    rng = random.Random(1234)
+    statuses: dict[int, int] = {}
+    for _ in range(REQUESTS):
+        route = rng.choice(ROUTES)
+        query = _query(rng)
+        response = app.client.get(f"/data/plugin/tandv/{route}?{query}")
+        status = response.status_code
+        statuses[status] = statuses.get(status, 0) + 1
+        assert status < 500, (route, query, response.get_data(as_text=True)[:500])
+        if status >= 400:
+            assert response.headers["Content-Type"] == "application/json", (route, query)
+            assert response.get_json()["error"], (route, query)
+    assert statuses.get(200, 0) > REQUESTS // 10, statuses  # the fuzz reaches real answers
+    assert statuses.get(400, 0) > REQUESTS // 10, statuses
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "static/../plugin/plugin.py",
+        "static/..%2fplugin%2fplugin.py",
+        "static/%2e%2e/plugin/plugin.py",
+        "static/%2e%2e%2f%2e%2e%2fsetup.py",
+        "static//etc/passwd",
+        "static/..\\plugin\\plugin.py",
+        "static/%00index.js",
+        "static/index.js%00.png",
+        "static/",
+        "static/nothing.js",
+    ],
+)
+def test_static_path_traversal_is_refused(app, path):
+    response = app.client.get(f"/data/plugin/tandv/{path}")
+    assert response.status_code == 404, path
+    assert b"NumericsPlugin" not in response.get_data()
+
+
+def test_static_files_stay_inside_their_folder(tmp_path):
+    from tandv_tb.plugin.params import NotFound
+    from tandv_tb.plugin.static_files import static_file
+
+    root = tmp_path / "static"
+    (root / "sub").mkdir(parents=True)
+    (root / "index.js").write_text("export function render() {}")
+    (root / "sub" / "chunk.css").write_text("body {}")
+    (tmp_path / "secret.txt").write_text("secret")
+    (root / "link.txt").symlink_to(tmp_path / "secret.txt")
+    assert static_file("index.js", root) == (
+        b"export function render() {}",
+        "text/javascript; charset=utf-8",
+    )
+    assert static_file("sub/chunk.css", root)[1] == "text/css; charset=utf-8"
+    for bad in ["../secret.txt", "sub/../../secret.txt", "/etc/passwd", "link.txt", "sub", ""]:
+        with pytest.raises(NotFound):
+            static_file(bad, root)
+
+
+def test_the_bundle_is_served(app):
+    response = app.client.get("/data/plugin/tandv/static/index.js")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "text/javascript; charset=utf-8"
+    assert b"render" in response.get_data()
