@@ -1,0 +1,189 @@
+"""Statistics of data-parallel and sharded tensors combined across ranks, exactly.
+
+One ``all_reduce`` (a sum) per tracked step carries everything, in a layout all ranks
+agree on (``Layout``). For each tracked tensor the packed vector holds its counts,
+exponent histogram and cast counts, which simply add, and one slot per rank: each rank
+writes its finite count and scaled moments (``stats.record.MOMENTS``) into its own slot
+and zeros into the others', so the sum hands every rank's moments to rank 0 unchanged.
+Rank 0 then merges them in rank order with ``TensorStats.merge``: a common scale (the
+largest), sums rescaled to it, M2 merged by Chan's formula, max/min reduced. That is the
+arithmetic of merging the ranks' tensors on one machine: no precision is lost to a scale
+agreed in advance, and no second collective is needed. Counts travel as float64, exact
+below 2**53.
+
+The layout lists every tensor any rank has tracked, with a histogram range wide enough for
+all of them; a rank lacking one this step sends zeros. When a rank tracks a tensor the
+layout lacks (the first tracked step; a module that runs on some ranks only), every rank
+sees it in the sum's first value, the ranks exchange their lists once
+(``all_gather_object``), extend the layout identically, and send the step again. Sizes
+therefore always match: a collective of mismatched sizes would abort the process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from tandv_tb import formats as fmt
+from tandv_tb.stats import COUNTS, TensorStats
+from tandv_tb.stats.record import MOMENTS
+from tandv_tb.torch.collect import Entry
+
+_SLOT = 1 + len(MOMENTS)  # finite count, then the moments
+
+
+def is_distributed() -> bool:
+    """Whether a default process group of more than one rank exists."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+@dataclasses.dataclass
+class Place:
+    """Where one tracked tensor lies in the packed vector, and how it is written."""
+
+    entry: Entry
+    dtype: str
+    hist_lo: int
+    n_bins: int
+
+    def fits(self, stats: TensorStats) -> bool:
+        lo = stats.hist_lo - self.hist_lo
+        return lo >= 0 and lo + len(stats.hist) <= self.n_bins
+
+    def widen(self, dtype: str, hist_lo: int, n_bins: int) -> None:
+        hi = max(self.hist_lo + self.n_bins, hist_lo + n_bins)
+        self.hist_lo = min(self.hist_lo, hist_lo)
+        self.n_bins = hi - self.hist_lo
+        self.dtype = max(self.dtype, dtype, key=lambda d: (fmt.info(d).n_bins, d))
+
+
+class RankCombiner:
+    """Combines every rank's statistics of the same tracked tensors on rank 0."""
+
+    def __init__(self, formats: tuple[str, ...], group: dist.ProcessGroup | None = None) -> None:
+        self.formats = formats
+        self.group = group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        nccl = "nccl" in str(dist.get_backend(group))
+        self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
+        self._layout: dict[tuple[str, str], Place] = {}
+
+    def combine(
+        self, entries: Sequence[Entry], parts: Sequence[TensorStats]
+    ) -> list[tuple[Entry, TensorStats]]:
+        """Each tracked tensor's statistics over all ranks (on rank 0; ``[]`` elsewhere).
+
+        Every rank calls this at the same steps (``tracker.step()`` on every rank).
+        """
+        local = {(e.name, e.tensor_type): (e, s) for e, s in zip(entries, parts)}
+        if not self._layout:  # the first call, on every rank alike
+            self._extend(local.values())
+        packed, unknown = self._pack(local)
+        total = self._all_reduce(packed)
+        if total[0] > 0:  # some rank tracked a tensor the layout lacks
+            self._extend(unknown)
+            packed, _ = self._pack(local)
+            total = self._all_reduce(packed)
+        return self._unpack(total) if self.rank == 0 else []
+
+    def _all_reduce(self, packed: np.ndarray) -> np.ndarray:
+        tensor = torch.from_numpy(packed)
+        if self.device is not None:
+            tensor = tensor.to(self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group)
+        return tensor.cpu().numpy()
+
+    def _head_length(self, place: Place) -> int:
+        return 1 + len(COUNTS) + place.n_bins + 2 * len(self.formats)
+
+    def _pack(self, local: dict) -> tuple[np.ndarray, list]:
+        """The packed vector in the agreed layout, and the local tensors it cannot hold."""
+        places = list(self._layout.values())
+        heads = [np.zeros(self._head_length(p)) for p in places]
+        slots = np.zeros((self.world, len(places), _SLOT))
+        seen = set()
+        for i, (key, place) in enumerate(self._layout.items()):
+            found = local.get(key)
+            if found is None or not place.fits(found[1]):
+                continue
+            seen.add(key)
+            s = found[1]
+            head = heads[i]
+            head[0] = 1  # present on this rank
+            head[1 : 1 + len(COUNTS)] = [getattr(s, name) for name in COUNTS]
+            lo = 1 + len(COUNTS) + s.hist_lo - place.hist_lo
+            head[lo : lo + len(s.hist)] = s.hist
+            head[len(head) - 2 * len(self.formats) :] = np.concatenate([s.underflow, s.overflow])
+            slots[self.rank, i] = [s.finite_count, *(s.moments[name] for name in MOMENTS)]
+        unknown = [found for key, found in local.items() if key not in seen]
+        packed = np.concatenate([[float(len(unknown))], *heads, slots.ravel()])
+        return packed, unknown
+
+    def _extend(self, unknown: Iterable[tuple[Entry, TensorStats]]) -> None:
+        """Every rank's unknown tensors into the layout, in the same order on all ranks."""
+        described = [
+            (e.name, e.tensor_type, e.module_type, e.order, s.dtype, s.hist_lo, len(s.hist))
+            for e, s in unknown
+        ]
+        gathered: list = [None] * self.world
+        dist.all_gather_object(gathered, described, group=self.group)
+        for rank_unknown in gathered:
+            for name, tensor_type, module_type, order, dtype, hist_lo, n_bins in rank_unknown:
+                place = self._layout.get((name, tensor_type))
+                if place is None:
+                    entry = Entry(name, tensor_type, module_type, order, True, [])
+                    self._layout[name, tensor_type] = Place(entry, dtype, hist_lo, n_bins)
+                else:
+                    place.widen(dtype, hist_lo, n_bins)
+
+    def _unpack(self, total: np.ndarray) -> list[tuple[Entry, TensorStats]]:
+        places = list(self._layout.values())
+        slots = total[len(total) - self.world * len(places) * _SLOT :]
+        slots = slots.reshape(self.world, len(places), _SLOT)
+        combined, start = [], 1
+        for i, place in enumerate(places):
+            head = np.rint(total[start : start + self._head_length(place)]).astype(np.int64)
+            start += len(head)
+            if head[0] > 0:
+                combined.append((place.entry, self._stats(place, head[1:], slots[:, i])))
+        return combined
+
+    def _stats(self, place: Place, counts: np.ndarray, rows: np.ndarray) -> TensorStats:
+        """Summed counts and bins; the ranks' moments merged in rank order."""
+        n_counts, n_formats = len(COUNTS), len(self.formats)
+        per_rank = [self._moments_only(place, int(row[0]), row[1:]) for row in rows]
+        casts = counts[n_counts + place.n_bins :]
+        return TensorStats(
+            place.dtype,
+            *(int(c) for c in counts[:n_counts]),
+            hist_lo=place.hist_lo,
+            hist=counts[n_counts : n_counts + place.n_bins],
+            formats=self.formats,
+            underflow=casts[:n_formats],
+            overflow=casts[n_formats:],
+            moments=functools.reduce(TensorStats.merge, per_rank).moments,
+        )
+
+    def _moments_only(self, place: Place, finite: int, moments: np.ndarray) -> TensorStats:
+        """A ``TensorStats`` carrying one rank's moments (and finite count) alone."""
+        zeros = np.zeros(len(self.formats), dtype=np.int64)
+        return TensorStats(
+            place.dtype,
+            finite,
+            0,
+            0,
+            0,
+            0,
+            hist_lo=place.hist_lo,
+            hist=np.zeros(0, dtype=np.int64),
+            formats=self.formats,
+            underflow=zeros,
+            overflow=zeros,
+            moments=dict(zip(MOMENTS, (float(m) for m in moments))),
+        )

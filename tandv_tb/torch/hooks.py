@@ -1,0 +1,114 @@
+"""Module hooks: activations at every module output, gradients w.r.t. those outputs.
+
+Gradients come from ``Tensor.register_hook`` on each output, registered in the forward
+hook. Unlike module backward hooks this leaves the output tensors untouched, so in-place
+operations on them later (``ReLU(inplace=True)``, ``out += identity``) work; such a hook
+receives the gradient w.r.t. the value the module returned.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from tandv_tb.torch import naming
+from tandv_tb.torch.recorder import Orders, Recorder
+
+
+def _in_backward() -> bool:
+    """Whether autograd is running a backward pass (a checkpointed forward recomputing)."""
+    graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
+    return graph_task_id is not None and graph_task_id() != -1
+
+
+def _eager(function: Callable) -> Callable:
+    """``function`` run eagerly under ``torch.compile`` (a graph break, real tensors)."""
+    disable = getattr(torch.compiler, "disable", None)
+    return function if disable is None else disable(function)
+
+
+class ModuleHooks:
+    """Forward hooks on every module of a model; ``remove`` takes them all off."""
+
+    def __init__(
+        self,
+        root: nn.Module,
+        recorder: Recorder,
+        *,
+        active: Callable[[], bool],
+        selected: Callable[[str], bool],
+        activations: bool,
+        gradients: bool,
+        only_training: bool,
+    ) -> None:
+        self._recorder = recorder
+        self._active = active
+        self._selected = selected
+        self._activations = activations
+        self._gradients = gradients
+        self._only_training = only_training
+        self._orders = Orders()
+        self._handles = []
+        self._leaf_handles = []  # gradient hooks on leaf tensors outlive the step's graph
+        self._paths: set[str] = set()
+        if not (activations or gradients):
+            return
+        label = naming.root_name(root)
+        for path, module in naming.named_modules(root):
+            self._paths.add(path or label)
+            hook = functools.partial(self._on_forward, path or label, naming.module_type(module))
+            self._handles.append(module.register_forward_hook(hook))
+
+    def end_step(self) -> None:
+        """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
+        for handle in self._leaf_handles:
+            handle.remove()
+        self._leaf_handles = []
+
+    def remove(self) -> None:
+        self.end_step()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _on_forward(
+        self, name: str, module_type: str, module: nn.Module, args: object, output: object
+    ) -> None:
+        # Under torch.compile this check is traced (a guard): untracked steps run a graph
+        # without breaks; on tracked steps ``_record_output`` runs eagerly (graph breaks).
+        if self._active() and (module.training or not self._only_training):
+            self._record_output(name, module_type, output)
+
+    @_eager
+    def _record_output(self, name: str, module_type: str, output: object) -> None:
+        # A forward run inside a backward pass recomputes a checkpointed segment: its
+        # activations were recorded in the first forward; gradient hooks are registered
+        # (reentrant checkpointing sends the gradients through the recomputed outputs).
+        recomputed = _in_backward()
+        for leaf, tensor in self._output_tensors(name, output):
+            if not self._selected(leaf):
+                continue
+            order = self._orders(leaf)
+            if self._activations and not recomputed:
+                self._recorder.record(leaf, "Activation", module_type, order, tensor)
+            if self._gradients and tensor.requires_grad:
+                hook = functools.partial(self._on_gradient, leaf, module_type, order)
+                handle = tensor.register_hook(hook)
+                if tensor.grad_fn is None:
+                    self._leaf_handles.append(handle)
+
+    def _output_tensors(self, name: str, output: object) -> list[tuple[str, torch.Tensor]]:
+        """``naming.output_tensors``; where one of the names is also a module's (``seq.1``
+        of a Sequential's tuple output), all but the first are ``seq[1]``, ``seq[2]``..."""
+        leaves = list(naming.output_tensors(output, name))
+        if any(leaf != name and leaf in self._paths for leaf, _ in leaves):
+            cut = len(name) + 1
+            leaves = [(f"{name}[{leaf[cut:]}]" if leaf != name else leaf, t) for leaf, t in leaves]
+        return leaves
+
+    def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
+        if self._active():
+            self._recorder.record(name, "Gradient", module_type, order, grad)

@@ -1,0 +1,106 @@
+"""Names of tracked tensors: module paths without wrappers, and one name per output tensor."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+
+import torch
+from torch import nn
+
+#: Attributes through which wrappers (DDP, FSDP, torch.compile, activation checkpointing)
+#: hold the module they wrap; they add nothing to a name.
+_WRAPPED_ATTRIBUTES = ("_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")
+
+
+def _wrapped(module: nn.Module) -> nn.Module | None:
+    """The module a wrapper wraps, or ``None`` when ``module`` is no wrapper."""
+    if isinstance(module, nn.parallel.DistributedDataParallel):
+        return module.module
+    for attribute in _WRAPPED_ATTRIBUTES:
+        inner = module._modules.get(attribute)
+        if inner is not None:
+            return inner
+    return None
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The user's model inside any number of wrappers."""
+    inner = _wrapped(module)
+    return module if inner is None else unwrap(inner)
+
+
+def root_name(module: nn.Module) -> str:
+    """The name of the root module's own output: its class name (``GPT``, ``Sequential``)."""
+    return type(unwrap(module)).__name__
+
+
+def module_type(module: nn.Module) -> str:
+    """The module's class name; FSDP2's ``FSDPLinear`` (made by ``fully_shard``) is ``Linear``."""
+    name = type(module).__name__
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # loaded by whoever uses fully_shard
+    fsdp_module = getattr(fsdp, "FSDPModule", None)
+    if fsdp_module is not None and isinstance(module, fsdp_module) and name.startswith("FSDP"):
+        return name.removeprefix("FSDP")
+    return name
+
+
+def named_modules(root: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """``(path, module)`` for every module once, wrappers skipped, paths without them.
+
+    The root's path is ``""``; a module reachable by several paths keeps its first.
+    """
+    seen: set[int] = set()
+
+    def walk(module: nn.Module, path: str) -> Iterator[tuple[str, nn.Module]]:
+        inner = _wrapped(module)
+        if inner is not None:
+            yield from walk(inner, path)
+            return
+        if id(module) in seen:
+            return
+        seen.add(id(module))
+        yield path, module
+        for attribute, child in module._modules.items():
+            if child is not None:
+                yield from walk(child, f"{path}.{attribute}" if path else attribute)
+
+    yield from walk(root, "")
+
+
+def named_parameters(root: nn.Module) -> Iterator[tuple[str, nn.Parameter, nn.Module]]:
+    """``(name, parameter, owner)`` in registration order, each parameter once."""
+    seen: set[int] = set()
+    for path, module in named_modules(root):
+        for attribute, parameter in module._parameters.items():
+            if parameter is None or id(parameter) in seen:
+                continue
+            seen.add(id(parameter))
+            yield (f"{path}.{attribute}" if path else attribute), parameter, module
+
+
+def output_tensors(output: object, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` for every tensor in a module's output.
+
+    A single tensor keeps ``name``. The leaves of a tuple or list, nested ones flattened
+    depth-first, are ``name``, ``name.1``, ``name.2``, ... by position (a ``None`` keeps its
+    number and yields nothing: an LSTM's ``(out, (h, c))`` gives ``name``, ``name.1``,
+    ``name.2``); the values of a dict are ``name.<key>``. Non-tensor leaves yield nothing.
+    """
+    if isinstance(output, torch.Tensor):
+        yield name, output
+    elif isinstance(output, Mapping):
+        for key, item in output.items():
+            yield from output_tensors(item, f"{name}.{key}")
+    elif isinstance(output, (tuple, list)):
+        for index, leaf in enumerate(_sequence_leaves(output)):
+            yield from output_tensors(leaf, name if index == 0 else f"{name}.{index}")
+
+
+def _sequence_leaves(sequence: tuple | list) -> Iterator[object]:
+    """The items of nested tuples and lists, depth-first (dicts count as one item)."""
+    for item in sequence:
+        if isinstance(item, (tuple, list)):
+            yield from _sequence_leaves(item)
+        else:
+            yield item

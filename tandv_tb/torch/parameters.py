@@ -1,0 +1,87 @@
+"""Weights, their gradients and the optimizer's state, read at ``tracker.step()``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+from tandv_tb.torch import naming
+from tandv_tb.torch.recorder import Recorder
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedParameter:
+    name: str
+    parameter: torch.Tensor
+    module_type: str
+    order: int
+
+
+def _is_fsdp1(root: nn.Module) -> bool:
+    """Whether FSDP (the FullyShardedDataParallel wrapper) shards the parameters."""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:
+        return False
+    return any(isinstance(module, FullyShardedDataParallel) for module in root.modules())
+
+
+class Parameters:
+    """The model's parameters by name, and the optimizer's parameters among them."""
+
+    def __init__(self, root: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        self._named = [
+            NamedParameter(name, parameter, naming.module_type(owner), order)
+            for order, (name, parameter, owner) in enumerate(naming.named_parameters(root))
+        ]
+        self._by_id = {id(p.parameter): p for p in self._named}
+        self._optimizer = optimizer
+        self.sharded = _is_fsdp1(root)
+
+    def record(
+        self,
+        recorder: Recorder,
+        selected: Callable[[str], bool],
+        *,
+        weights: bool,
+        optimizer_state: bool,
+    ) -> None:
+        """Record every selected weight, weight gradient and optimizer state tensor."""
+        if weights:
+            for p in self._named:
+                if not selected(p.name):
+                    continue
+                self._record(recorder, p, "Weight", p.parameter)
+                if p.parameter.grad is not None:
+                    self._record(recorder, p, "Weight_Gradient", p.parameter.grad)
+        if optimizer_state and self._optimizer is not None:
+            for p in self._optimizer_parameters():
+                if not selected(p.name):
+                    continue
+                for key, value in self._optimizer.state.get(p.parameter, {}).items():
+                    # Scalar entries (``step``) describe no tensor of the model.
+                    if isinstance(value, torch.Tensor) and value.dim() > 0:
+                        self._record(recorder, p, f"Optimiser_State.{key}", value)
+
+    def _record(
+        self, recorder: Recorder, p: NamedParameter, tensor_type: str, tensor: torch.Tensor
+    ) -> None:
+        recorder.record(p.name, tensor_type, p.module_type, p.order, tensor, sharded=self.sharded)
+
+    def _optimizer_parameters(self) -> Iterator[NamedParameter]:
+        """The optimizer's parameters, named by the model (or by their place in it)."""
+        for group_index, group in enumerate(self._optimizer.param_groups):
+            for index, parameter in enumerate(group["params"]):
+                named = self._by_id.get(id(parameter))
+                if named is None:
+                    named = NamedParameter(
+                        f"optimizer.param_groups.{group_index}.{index}",
+                        parameter,
+                        "",
+                        len(self._named) + len(self._by_id),
+                    )
+                    self._by_id[id(parameter)] = named
+                yield named

@@ -1,0 +1,76 @@
+"""Start the statistics of one tensor (no host sync) and file them under its name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from tandv_tb import stats
+from tandv_tb.torch.collect import StepBuffer
+from tandv_tb.torch.skips import SkipLog, untrackable_reason
+
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:  # a build without distributed support
+    DTensor = None
+
+
+class Orders:
+    """Positions by first sight: the ``order`` of each name, stable across steps."""
+
+    def __init__(self) -> None:
+        self._orders: dict[str, int] = {}
+
+    def __call__(self, name: str) -> int:
+        order = self._orders.get(name)
+        if order is None:
+            order = self._orders[name] = len(self._orders)
+        return order
+
+
+class Recorder:
+    """Computes statistics of tracked tensors into the step buffer.
+
+    ``replicated=False`` (ranks other than 0 in a combined distributed run) skips the
+    tensors that are the same on every rank: rank 0 records them alone.
+    """
+
+    def __init__(self, formats: Sequence[str], skips: SkipLog, replicated: bool = True) -> None:
+        self.formats = tuple(formats)
+        self.buffer = StepBuffer()
+        self._skips = skips
+        self._replicated = replicated
+
+    def record(
+        self,
+        name: str,
+        tensor_type: str,
+        module_type: str,
+        order: int,
+        tensor: torch.Tensor,
+        sharded: bool = True,
+    ) -> None:
+        """Add ``tensor``'s statistics to ``(name, tensor_type)``'s entry of this step.
+
+        ``sharded`` says whether each rank holds a different part of the tensor (so that
+        ranks' statistics add up); a DTensor tells for itself.
+        """
+        if DTensor is not None and isinstance(tensor, DTensor):
+            if any(placement.is_partial() for placement in tensor.placements):
+                self._skips.skip(name, tensor_type, "a DTensor with pending partial sums")
+                return
+            sharded = any(placement.is_shard() for placement in tensor.placements)
+            tensor = tensor.to_local()
+        if not sharded and not self._replicated:
+            return
+        reason = untrackable_reason(tensor)
+        if reason is None:
+            try:
+                pending = stats.compute(tensor.detach(), self.formats)
+            except Exception as error:  # tracking never stops training
+                reason = f"{type(error).__name__}: {error}"
+        if reason is not None:
+            self._skips.skip(name, tensor_type, reason)
+            return
+        self.buffer.add(name, tensor_type, module_type, order, pending, sharded)

@@ -1,0 +1,245 @@
+"""``track``: numerics of a PyTorch model's training, written as TensorBoard summaries."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from tandv_tb.stats.engine import check_formats
+from tandv_tb.torch.distributed import RankCombiner, is_distributed
+from tandv_tb.torch.hooks import ModuleHooks
+from tandv_tb.torch.parameters import Parameters
+from tandv_tb.torch.recorder import Recorder
+from tandv_tb.torch.reduce import fetch_merged
+from tandv_tb.torch.selection import Patterns, Selection, check_every, is_tracked_step
+from tandv_tb.torch.skips import SkipLog
+from tandv_tb.writer import NumericsWriter
+
+
+def _default_logdir() -> str:
+    """``runs/<date>_<host>``, as ``SummaryWriter`` picks."""
+    now = datetime.datetime.now().strftime("%b%d_%H-%M-%S")
+    return os.path.join("runs", f"{now}_{socket.gethostname()}")
+
+
+class Tracker:
+    """Tracks one model's numerics; made by ``track``, which describes the options."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        *,
+        logdir: str | os.PathLike | None,
+        writer: object,
+        optimizer: torch.optim.Optimizer | None,
+        every: int,
+        include: Patterns,
+        exclude: Patterns,
+        track_activations: bool,
+        track_gradients: bool,
+        track_weights: bool,
+        track_optimizer: bool,
+        formats: Sequence[str],
+        only_training: bool,
+        init_step: int,
+        per_rank: bool,
+        process_group: object,
+    ) -> None:
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"track needs a torch.nn.Module, got {type(module).__name__}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            )
+        if isinstance(init_step, bool) or not isinstance(init_step, int) or init_step < 0:
+            raise ValueError(f"init_step must be an int >= 0, got {init_step!r}")
+        self._every = check_every(every)
+        self._step = init_step
+        self._selected = Selection(include, exclude)
+        self._track_weights = track_weights
+        self._track_optimizer = track_optimizer
+        formats = check_formats(formats)
+
+        rank = torch.distributed.get_rank(process_group) if is_distributed() else 0
+        combined = is_distributed() and not per_rank
+        self._combiner = RankCombiner(formats, process_group) if combined else None
+        self._writer = None
+        if not combined or rank == 0:
+            if writer is None:
+                logdir = _default_logdir() if logdir is None else os.fspath(logdir)
+                if per_rank and is_distributed():
+                    logdir = os.path.join(logdir, f"rank{rank}")
+            self._writer = NumericsWriter(
+                None if writer is not None else logdir, writer=writer, formats=formats
+            )
+        self._recorder = Recorder(formats, SkipLog(), replicated=self._writer is not None)
+        self._parameters = Parameters(module, optimizer)
+        self._active = is_tracked_step(self._step, self._every)
+        self._closed = False
+        self._hooks = ModuleHooks(
+            module,
+            self._recorder,
+            active=lambda: self._active,
+            selected=self._selected,
+            activations=track_activations,
+            gradients=track_gradients,
+            only_training=only_training,
+        )
+
+    @property
+    def current_step(self) -> int:
+        """The step that what is recorded now is written at."""
+        return self._step
+
+    @property
+    def logdir(self) -> str | None:
+        """Where this process writes (``None`` on ranks that do not write)."""
+        return None if self._writer is None else self._writer.logdir
+
+    def step(self) -> None:
+        """End the current training step: call it once per step, after ``optimizer.step()``.
+
+        On a tracked step this reads the weights and optimizer state, brings the step's
+        statistics to the host in one transfer (one collective when distributed), and
+        writes one record per tracked tensor.
+        """
+        if self._closed:
+            raise RuntimeError("this tracker is closed")
+        if self._active:
+            self._hooks.end_step()
+            self._finish_step()
+        self._step += 1
+        self._active = is_tracked_step(self._step, self._every)
+
+    def _finish_step(self) -> None:
+        if self._track_weights or self._track_optimizer:
+            self._parameters.record(
+                self._recorder,
+                self._selected,
+                weights=self._track_weights,
+                optimizer_state=self._track_optimizer,
+            )
+        entries = self._recorder.buffer.drain()
+        parts = fetch_merged(entries) if entries else []
+        results = list(zip(entries, parts))
+        if self._combiner is not None:
+            local = [(e, s) for e, s in results if not e.combined]  # replicated: rank 0's
+            results = local + self._combiner.combine(*_unzip(r for r in results if r[0].combined))
+        if self._writer is None:
+            return
+        for entry, stats in results:
+            self._writer.add_record(
+                entry.name,
+                stats.to_record(),
+                self._step,
+                tensor_type=entry.tensor_type,
+                module_type=entry.module_type,
+                order=entry.order,
+            )
+
+    def flush(self) -> None:
+        """Write everything recorded so far to disk."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Remove every hook, write what the current step has recorded, flush.
+
+        In a combined distributed run a step that was not ended by ``step()`` is dropped
+        (ending it would need every rank). Closing twice is fine.
+        """
+        self._end(keep_pending=True)
+
+    def _end(self, keep_pending: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._hooks.remove()
+        try:
+            if keep_pending and self._combiner is None and len(self._recorder.buffer):
+                self._finish_step()
+        finally:
+            self._recorder.buffer.drain()
+            if self._writer is not None:
+                self._writer.close()
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        self._end(keep_pending=exc_type is None)
+
+
+def _unzip(pairs: Iterable[tuple]) -> tuple[list, list]:
+    pairs = list(pairs)
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+def track(
+    module: nn.Module,
+    *,
+    logdir: str | os.PathLike | None = None,
+    writer: object = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    every: int = 1,
+    include: Patterns = None,
+    exclude: Patterns = None,
+    track_activations: bool = True,
+    track_gradients: bool = True,
+    track_weights: bool = True,
+    track_optimizer: bool = True,
+    formats: Sequence[str] = (),
+    only_training: bool = True,
+    init_step: int = 0,
+    per_rank: bool = False,
+    process_group: object = None,
+) -> Tracker:
+    """Track the numerics of ``module``'s training into TensorBoard event files.
+
+    Use it like a ``SummaryWriter``, as a context manager around the training loop, and
+    call ``tracker.step()`` once per step after ``optimizer.step()``::
+
+        with track(model, logdir="runs/exp1", optimizer=opt, every=10) as tracker:
+            for batch in loader:
+                loss = loss_fn(model(batch)); opt.zero_grad(); loss.backward(); opt.step()
+                tracker.step()
+
+    Recorded per tracked step (steps ``init_step`` + 0, ``every``, ``2 * every``, ... by
+    their number): ``Activation`` (every module's output, each tensor of a tuple/list/dict
+    output), ``Gradient`` (the loss's gradient w.r.t. those outputs), ``Weight`` and
+    ``Weight_Gradient`` of every parameter and ``Optimiser_State.<key>`` of every tensor in
+    the optimizer's state, read at ``step()``. ``include``/``exclude`` are regular
+    expressions searched in every name; ``formats`` are the low-precision formats whose
+    under/overflow is counted exactly; ``only_training`` skips modules in eval mode.
+    ``writer`` is a user's ``SummaryWriter`` (torch or tensorboardX) to write into instead
+    of ``logdir``.
+
+    Distributed (``torch.distributed`` initialised, more than one rank): the statistics of
+    each tensor are combined across ranks in one collective per tracked step, so
+    activations and gradients describe the global batch and a sharded parameter (FSDP2's
+    ``fully_shard`` or any ``DTensor``; ``FullyShardedDataParallel`` with
+    ``use_orig_params=True``) its full tensor; replicated parameters (DDP) are rank 0's.
+    Rank 0 writes.
+    Every rank must call ``step()``. With ``per_rank=True`` every rank writes its own
+    statistics to ``<logdir>/rank<k>`` instead. ``process_group`` picks the ranks to
+    combine over (default: all).
+
+    Notes:
+
+    - Names are module/parameter paths without wrappers (DDP's ``module.``, FSDP's,
+      ``torch.compile``'s ``_orig_mod.``); the root module's output is named by its class
+      (``GPT``). Where a tuple output's ``name.1`` is also a child module's name (a
+      ``Sequential`` ending in an LSTM), that output's extra tensors are ``name[1]``, ...
+    - Under ``torch.compile`` the hooks run eagerly on tracked steps: a graph break at
+      every tracked module's output, so tracked steps run as many small graphs. Records are
+      those of eager mode.
+    - With activation checkpointing, the recomputed forward is not recorded again.
+    - A model's modules are the ones it holds when ``track`` is called.
+    """
+    options = dict(locals())
+    return Tracker(options.pop("module"), **options)

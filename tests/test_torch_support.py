@@ -1,0 +1,136 @@
+"""Shared pieces of the torch tracker tests (no tests here): models and an event reader."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+
+import numpy as np
+import torch
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.util import tensor_util
+from torch import nn
+
+from tandv_tb import metadata, summary
+from tandv_tb.stats import NumericsRecord, tensor_stats
+
+
+@dataclasses.dataclass
+class Stored:
+    """One record read back from an event file, with its tag's metadata."""
+
+    record: NumericsRecord
+    module_type: str
+    order: int
+    formats: tuple[str, ...]
+
+
+def read_records(logdir: str) -> dict[tuple[str, str, int], Stored]:
+    """Every numerics record under ``logdir``: ``(name, tensor_type, step) -> Stored``.
+
+    Reads the event files with TensorBoard's own loader; names and types come from the
+    plugin metadata (which only a tag's first record carries).
+    """
+    out: dict[tuple[str, str, int], Stored] = {}
+    infos: dict[str, metadata.TagInfo] = {}
+    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+        for event in EventFileLoader(path).Load():
+            for value in event.summary.value:
+                meta = value.metadata
+                if meta.plugin_data.plugin_name == metadata.PLUGIN_NAME:
+                    infos[value.tag] = metadata.parse_plugin_metadata(meta.plugin_data.content)
+                info = infos.get(value.tag)
+                if info is None:
+                    continue
+                record = summary.decode_tensor(tensor_util.make_ndarray(value.tensor), info)
+                key = (info.name, info.tensor_type, event.step)
+                assert key not in out, f"two records for {key}"
+                out[key] = Stored(record, info.module_type, info.order, info.formats)
+    return out
+
+
+def expected(values: torch.Tensor | list[torch.Tensor], formats=()) -> NumericsRecord:
+    """The record of a tensor (or of several, concatenated), as the engine makes it."""
+    if isinstance(values, (list, tuple)):
+        values = torch.cat([v.detach().reshape(-1) for v in values])
+    return tensor_stats(values.detach(), formats).to_record()
+
+
+def assert_same(got: NumericsRecord, want: NumericsRecord, rtol: float = 2e-6) -> None:
+    """Counts, bins and casts exactly; statistics to float32 storage precision."""
+    assert got.dtype == want.dtype
+    for field in ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count"):
+        assert getattr(got, field) == getattr(want, field), field
+    assert got.exponent_histogram() == want.exponent_histogram()
+    assert got.underflow == want.underflow and got.overflow == want.overflow
+    for name, value in want.statistics.items():
+        np.testing.assert_allclose(got.statistics[name], value, rtol=rtol, err_msg=name)
+
+
+class Block(nn.Module):
+    """A ResNet-style block: in-place ReLU and an in-place residual add after BatchNorm."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(width, width)
+        self.bn1 = nn.BatchNorm1d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.fc2 = nn.Linear(width, width)
+        self.bn2 = nn.BatchNorm1d(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.fc1(x)))
+        out = self.bn2(self.fc2(out))
+        out += identity
+        return self.relu(out)
+
+
+class DecoderBlock(nn.Module):
+    """LayerNorm + self-attention + MLP, pre-norm, causal."""
+
+    def __init__(self, width: int, heads: int, hidden: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool, device=x.device), diagonal=1)
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """A small GPT-style decoder: token + position embeddings, blocks, tied head."""
+
+    def __init__(
+        self,
+        vocab: int = 64,
+        width: int = 32,
+        heads: int = 4,
+        hidden: int = 64,
+        depth: int = 2,
+        length: int = 16,
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.position = nn.Parameter(torch.randn(length, width) * 0.02)
+        self.blocks = nn.ModuleList(DecoderBlock(width, heads, hidden) for _ in range(depth))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) + self.position[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def gpt_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens[:, :-1])
+    return nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
