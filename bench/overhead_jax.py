@@ -1,0 +1,176 @@
+"""Overhead of ``tandv_tb.jax.track`` on the reference workload (a benchmark, not a test).
+
+A Flax linen GPT-style decoder with the PyTorch reference's dimensions (vocabulary 512,
+width 256, 4 heads, feed-forward 1024, 4 blocks of LayerNorm + ``MultiHeadDotProductAttention``
++ MLP, untied head), sequence 128, batch 16, optax AdamW, random tokens, float32, one
+``jax.jit``-compiled step, CPU. Prints the median step time of: plain training; tracking
+every step, all tensor types; tracking with ``every=10`` (windows of 10 steps, each
+holding one tracked step); and, to show where the time goes, tracking every step
+only the module outputs (``Activation``, ``Gradient``) and only the pytrees given to
+``step`` (``Weight``, ``Weight_Gradient``, ``Optimiser_State``), each as a ratio to plain,
+all in one run. The variants take turns, one window of steps each per round, so that the
+machine's load changes hit them alike; compilation is excluded (all are warmed up first).
+
+Run: ``.venv/bin/python bench/overhead_jax.py [--rounds N] [--window STEPS]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import linen as nn
+
+sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
+
+from tandv_tb.jax import track  # noqa: E402
+
+VOCAB, WIDTH, HEADS, HIDDEN, DEPTH, LENGTH, BATCH = 512, 256, 4, 1024, 4, 128, 16
+
+
+class DecoderBlock(nn.Module):
+    """LayerNorm + causal self-attention + MLP, pre-norm."""
+
+    heads: int
+    hidden: int
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.LayerNorm(name="ln1")(x)
+        mask = nn.make_causal_mask(jnp.ones(x.shape[:2], jnp.int32))
+        x = x + nn.MultiHeadDotProductAttention(num_heads=self.heads, name="attn")(h, h, mask=mask)
+        h = nn.Dense(self.hidden, name="fc1")(nn.LayerNorm(name="ln2")(x))
+        return x + nn.Dense(x.shape[-1], name="fc2")(nn.gelu(h))
+
+
+class GPT(nn.Module):
+    """Token + position embeddings, decoder blocks, final LayerNorm, linear head."""
+
+    vocab: int = VOCAB
+    width: int = WIDTH
+    heads: int = HEADS
+    hidden: int = HIDDEN
+    depth: int = DEPTH
+    length: int = LENGTH
+
+    @nn.compact
+    def __call__(self, tokens):
+        position = self.param("position", nn.initializers.normal(0.02), (self.length, self.width))
+        x = nn.Embed(self.vocab, self.width, name="embed")(tokens) + position[: tokens.shape[1]]
+        for i in range(self.depth):
+            x = DecoderBlock(self.heads, self.hidden, name=f"blocks_{i}")(x)
+        return nn.Dense(self.vocab, name="head")(nn.LayerNorm(name="ln")(x))
+
+
+def make_training(seed: int = 0):
+    """The model's parameters, AdamW state and a jitted ``update``."""
+    model = GPT()
+    tokens = jnp.zeros((BATCH, LENGTH), jnp.int32)
+    params = jax.jit(model.init)(jax.random.PRNGKey(seed), tokens)
+    optimizer = optax.adamw(1e-3)
+
+    def loss_fn(params, tokens):
+        logits = model.apply(params, tokens[:, :-1])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+    @jax.jit
+    def update(params, opt_state, tokens):
+        grads = jax.grad(loss_fn)(params, tokens)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, grads
+
+    return params, optimizer.init(params), update
+
+
+def timed(step: Callable[[], None], steps: int, window: int = 1) -> float:
+    """Median over windows of ``window`` steps of the mean step time, in seconds."""
+    times = []
+    for _ in range(steps // window):
+        start = time.perf_counter()
+        for _ in range(window):
+            step()
+        times.append((time.perf_counter() - start) / window)
+    return statistics.median(times)
+
+
+class Training:
+    """The training state and one step of it, plain or tracked."""
+
+    def __init__(self) -> None:
+        self.params, self.opt_state, self.update = make_training()
+        self.key = jax.random.PRNGKey(1)
+
+    def batch(self) -> jax.Array:
+        self.key, key = jax.random.split(self.key)
+        return jax.random.randint(key, (BATCH, LENGTH + 1), 0, VOCAB)
+
+    def plain(self) -> None:
+        self.params, self.opt_state, _ = self.update(self.params, self.opt_state, self.batch())
+        jax.block_until_ready(self.params)
+
+    def tracked(self, tracker, outputs: bool = True, pytrees: bool = True) -> None:
+        run = functools.partial(tracker.intercept, self.update) if outputs else self.update
+        self.params, self.opt_state, grads = run(self.params, self.opt_state, self.batch())
+        if pytrees:
+            tracker.step(self.params, self.opt_state, grads)
+        else:
+            tracker.step()
+        jax.block_until_ready(self.params)
+
+
+def overhead(rounds: int, window: int = 10) -> dict[str, float]:
+    """Median step time of each variant over windows of ``window`` steps (10 for
+    ``every=10``, each window holding one tracked step). The variants take turns, one
+    window each per round, so that a change in the machine's load hits them all alike;
+    every window is long, since the first step after another program runs slower."""
+    training = Training()
+    variants = {
+        "track every step": dict(every=1),
+        "track every=10": dict(every=10),
+        "module outputs only, every step": dict(every=1, pytrees=False),
+        "pytrees only, every step": dict(every=1, outputs=False),
+    }
+    steps: dict[str, tuple[Callable[[], None], int]] = {"plain": (training.plain, window)}
+    times: dict[str, list[float]] = {"plain": []}
+    with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
+        for label, options in variants.items():
+            every = options.pop("every")
+            tracker = stack.enter_context(track(logdir=f"{logdir}/{len(steps)}", every=every))
+            step = functools.partial(training.tracked, tracker, **options)
+            steps[label] = (step, 10 if every == 10 else window)
+            times[label] = []
+        for step, steps_per_window in steps.values():
+            for _ in range(11 if steps_per_window == 10 else 2):  # compiles both programs
+                step()
+        for _ in range(rounds):
+            for label, (step, steps_per_window) in steps.items():
+                times[label].append(timed(step, steps_per_window, window=steps_per_window))
+    return {label: statistics.median(values) for label, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timed windows per variant")
+    parser.add_argument("--window", type=int, default=10, help="steps per window")
+    args = parser.parse_args()
+    print(
+        f"jax {jax.__version__}, {jax.devices()[0].platform}, {args.rounds} rounds of "
+        f"{args.window}-step windows"
+    )
+    results = overhead(args.rounds, args.window)
+    plain = results["plain"]
+    for name, seconds in results.items():
+        print(f"{name:40s} {seconds * 1000:9.1f} ms  {seconds / plain:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""A jitted function compiled once more, returning the statistics of what it records.
+
+``tracker.intercept`` cannot add outputs to a program the user compiled, so a function made
+by ``jax.jit`` (or ``nnx.jit``) is compiled again from the same Python function and the
+same options, with module interception active while it is traced. The program returns the
+user's outputs and three small arrays: which ``Layout`` of slots the trace produced (a
+constant of the program) and every recorded value's counts and moments, packed. Nothing
+else leaves the program; the user's own compiled function still runs on untracked steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from tandv_tb.jax.collector import Collector, Slot
+from tandv_tb.jax.interception import intercepting
+
+
+class UnsupportedJit(Exception):
+    """A jitted function whose options cannot be reproduced."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Unwrapped:
+    """A jitted function's Python function, its jit flavour and its options."""
+
+    flavour: str  # "jax" or "nnx"
+    fun: Callable
+    options: dict
+
+
+def _unspecified(value: object) -> bool:
+    return type(value).__name__ == "UnspecifiedValue"
+
+
+def _jax_options(info) -> dict:
+    if any(layout is not None for layout in (*info.in_layouts_leaves, *info.out_layouts_leaves)):
+        raise UnsupportedJit("jax.jit with in_layouts/out_layouts")
+    options = dict(
+        static_argnums=info.static_argnums,
+        static_argnames=info.static_argnames,
+        donate_argnums=info.donate_argnums,
+        donate_argnames=info.donate_argnames,
+        keep_unused=info.keep_unused,
+        inline=info.inline,
+    )
+    if info.user_specified_in_shardings:
+        options["in_shardings"] = info.in_shardings_treedef.unflatten(info.in_shardings_leaves)
+    if not all(_unspecified(leaf) for leaf in info.out_shardings_leaves):
+        user = info.out_shardings_treedef.unflatten(info.out_shardings_leaves)
+        options["out_shardings"] = (user, None)
+    if info.device is not None:
+        options["device"] = info.device
+    if info.backend is not None:
+        options["backend"] = info.backend
+    if info.compiler_options_kvs:
+        options["compiler_options"] = dict(info.compiler_options_kvs)
+    return options
+
+
+def _nnx_options(wrapped) -> dict:
+    if getattr(wrapped, "partial_args", ()):
+        raise UnsupportedJit("nnx.jit with partial arguments")
+    if wrapped.in_shardings is not None or wrapped.out_shardings is not None:
+        raise UnsupportedJit("nnx.jit with in_shardings/out_shardings")
+    info = wrapped.jitted_fn._jit_info
+    simple = type(wrapped).__name__ == "SimpleJitWrapped"
+    return dict(
+        static_argnums=info.static_argnums,
+        static_argnames=info.static_argnames,
+        donate_argnums=info.donate_argnums,
+        donate_argnames=info.donate_argnames,
+        keep_unused=info.keep_unused,
+        inline=info.inline,
+        graph=wrapped.graph if simple else True,
+        graph_updates=not simple,
+    )
+
+
+def unwrap(fn: object) -> Unwrapped | None:
+    """How ``fn`` was jitted, or None for a function that is not (``UnsupportedJit`` for
+    one whose options cannot be reproduced)."""
+    info = getattr(fn, "_jit_info", None)
+    if info is not None and callable(getattr(fn, "_fun", None)):
+        return Unwrapped("jax", fn._fun, _jax_options(info))
+    if type(fn).__name__ in ("JitWrapped", "SimpleJitWrapped") and hasattr(fn, "jitted_fn"):
+        return Unwrapped("nnx", fn.fun, _nnx_options(fn))
+    return None
+
+
+@dataclasses.dataclass
+class Packed:
+    """One tracked call's statistics, still on the device: ``layout`` picks the slots."""
+
+    layouts: list[list[Slot]]
+    layout: jax.Array
+    counts: jax.Array
+    moments: jax.Array
+
+
+class TrackedFunction:
+    """``unwrapped`` compiled with interception; calls return ``(outputs, Packed)``."""
+
+    def __init__(
+        self,
+        unwrapped: Unwrapped,
+        new_collector: Callable[[], Collector],
+        on_trace: Callable[[Collector], None],
+    ) -> None:
+        self._layouts: list[list[Slot]] = []
+        inner = unwrapped.fun
+
+        @functools.wraps(inner)
+        def traced(*args, **kwargs):
+            collector = new_collector()
+            with intercepting(collector, args, kwargs):
+                outputs = inner(*args, **kwargs)
+            slots, counts, moments = collector.pack()
+            on_trace(collector)
+            self._layouts.append(slots)
+            return outputs, (jnp.asarray(len(self._layouts) - 1, jnp.int32), counts, moments)
+
+        if unwrapped.flavour == "nnx":
+            from flax import nnx
+
+            self._jitted = nnx.jit(traced, **unwrapped.options)
+        else:
+            self._jitted = jax.jit(traced, **unwrapped.options)
+
+    def __call__(self, *args, **kwargs) -> tuple[object, Packed]:
+        outputs, (layout, counts, moments) = self._jitted(*args, **kwargs)
+        return outputs, Packed(self._layouts, layout, counts, moments)

@@ -1,0 +1,43 @@
+"""Flax linen: every module method call's output, through ``flax.linen.intercept_methods``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from tandv_tb.jax.collector import Collector
+
+
+def module_name(module: object, method: str) -> str:
+    """``Block_1.Attn`` for ``__call__``; ``Embed_0.attend`` for another method. The root
+    module's own output is named by its class (``Transformer``)."""
+    try:
+        path = ".".join(str(part) for part in module.path)
+    except (AttributeError, ValueError):  # an unbound module has no path
+        path = ""
+    name = path or type(module).__name__
+    return name if method == "__call__" else f"{name}.{method}"
+
+
+def _recorded(method: str) -> bool:
+    return method == "__call__" or not (method.startswith("_") or method == "setup")
+
+
+@contextlib.contextmanager
+def intercepting(collector: Collector) -> Iterator[None]:
+    """Record the outputs of every linen module method called in this context."""
+    try:
+        from flax import linen
+    except ImportError:  # flax not installed: there are no linen modules to intercept
+        yield
+        return
+
+    def interceptor(next_fun, args, kwargs, context):
+        output = next_fun(*args, **kwargs)
+        if not _recorded(context.method_name):
+            return output
+        name = module_name(context.module, context.method_name)
+        return collector.module_output(name, type(context.module).__name__, output)
+
+    with linen.intercept_methods(interceptor):
+        yield

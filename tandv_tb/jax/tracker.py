@@ -1,0 +1,294 @@
+"""``track``: numerics of JAX/Flax training, also under ``jax.jit``, as TensorBoard summaries."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Callable, Sequence
+
+from tandv_tb.jax import kernels, nnx_modules, trees
+from tandv_tb.jax.collector import Collector, Config
+from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
+from tandv_tb.jax.interception import intercepting
+from tandv_tb.jax.orders import Orders
+from tandv_tb.jax.selection import Patterns, Selection, check_every
+from tandv_tb.jax.skips import SkipLog, Verdict, untrackable
+from tandv_tb.jax.step_results import Item, StepResults
+from tandv_tb.stats.engine import check_formats
+from tandv_tb.writer import NumericsWriter
+
+MODULE_OUTPUTS = ("Activation", "Gradient")
+_GIVEN = object()  # a pytree was given to track()
+
+
+def _kept(state: object) -> object:
+    """What the tracker keeps of a state given to ``track``."""
+    if state is None or nnx_modules.is_nnx_object(state):
+        return state
+    return _GIVEN
+
+
+def _default_logdir() -> str:
+    """``runs/<date>_<host>``, as ``SummaryWriter`` picks."""
+    now = datetime.datetime.now().strftime("%b%d_%H-%M-%S")
+    return os.path.join("runs", f"{now}_{socket.gethostname()}")
+
+
+class Tracker:
+    """Tracks one JAX/Flax training run; made by ``track``, which describes the options."""
+
+    def __init__(
+        self,
+        model_state: object,
+        optimizer_state: object,
+        *,
+        logdir: str | os.PathLike | None,
+        writer: object,
+        every: int,
+        include: Patterns,
+        exclude: Patterns,
+        track_gradients: bool,
+        formats: Sequence[str],
+        init_step: int,
+    ) -> None:
+        if isinstance(init_step, bool) or not isinstance(init_step, int) or init_step < 0:
+            raise ValueError(f"init_step must be an int >= 0, got {init_step!r}")
+        self._every = check_every(every)
+        formats = check_formats(formats)
+        selected = Selection(include, exclude)
+        self._config = Config(formats, selected, bool(track_gradients), SkipLog())
+        if writer is None:
+            logdir = _default_logdir() if logdir is None else os.fspath(logdir)
+        self._writer = NumericsWriter(
+            None if writer is not None else logdir, writer=writer, formats=formats
+        )
+        # NNX objects are read again at each step; of a pytree only the fact that one was
+        # given is kept (holding it would keep a copy of the model alive).
+        self._model_state = _kept(model_state)
+        self._optimizer_state = _kept(optimizer_state)
+        self._module_types: dict[str, str] = nnx_modules.module_types(model_state)
+        self._orders = Orders()
+        self._functions: dict[tuple[str, int], tuple[Callable, dict, TrackedFunction]] = {}
+        self._results = StepResults()
+        self._step = init_step
+        self._closed = False
+
+    @property
+    def current_step(self) -> int:
+        """The step that what is recorded now is written at."""
+        return self._step
+
+    @property
+    def logdir(self) -> str:
+        """The directory of the event file written to."""
+        return self._writer.logdir
+
+    @property
+    def _active(self) -> bool:
+        return self._step % self._every == 0
+
+    def intercept(self, fn: Callable, *args, **kwargs):
+        """``fn(*args, **kwargs)``, recording the output of every Flax module called in it
+        (``Activation``) and, where it is differentiated, the gradient w.r.t. that output
+        (``Gradient``). ``fn`` may be ``jax.jit``- or ``nnx.jit``-compiled: on tracked
+        steps a version of it that also returns the statistics is compiled once and run
+        in its place; on other steps ``fn`` itself runs."""
+        if self._closed:
+            raise RuntimeError("this tracker is closed")
+        if not callable(fn):
+            raise TypeError(f"intercept needs a function, got {type(fn).__name__}")
+        if not self._active:
+            return fn(*args, **kwargs)
+        tracked = self._tracked(fn)
+        if tracked is fn:
+            return fn(*args, **kwargs)
+        if tracked is not None:
+            outputs, packed = tracked(*args, **kwargs)
+            self._results.add_packed(packed)
+            return outputs
+        collector = self._new_collector()
+        with intercepting(collector, args, kwargs):
+            outputs = fn(*args, **kwargs)
+        self._learn(collector)
+        for name, tensor_type, module_type, pending in collector.entries:
+            self._results.add(Item(name, tensor_type, module_type, pending))
+        return outputs
+
+    def _new_collector(self) -> Collector:
+        return Collector(self._config)
+
+    def _learn(self, collector: Collector) -> None:
+        for name, module_type in collector.module_types.items():
+            self._module_types.setdefault(name, module_type)
+
+    def _tracked(self, fn: Callable) -> TrackedFunction | Callable | None:
+        """The tracked version of a jitted ``fn``, made once per Python function and jit
+        options (a new ``jax.jit(f)`` of the same ``f`` reuses it); None for a function
+        that is not jitted; ``fn`` itself for one whose jit options cannot be reproduced."""
+        try:
+            unwrapped = unwrap(fn)
+        except UnsupportedJit as error:
+            name = getattr(fn, "__name__", type(fn).__name__)
+            self._config.skips.skip(name, "Activation", f"{error} is not supported")
+            return fn
+        if unwrapped is None:
+            return None
+        key = (unwrapped.flavour, id(unwrapped.fun))
+        known = self._functions.get(key)
+        if known is not None and known[0] is unwrapped.fun and known[1] == unwrapped.options:
+            return known[2]
+        tracked = TrackedFunction(unwrapped, self._new_collector, self._learn)
+        self._functions[key] = (unwrapped.fun, unwrapped.options, tracked)
+        return tracked
+
+    def step(self, model_state: object = None, optimizer_state: object = None, grads=None):
+        """End the current training step: call it once per step, after the update.
+
+        On a tracked step this records every float array of ``model_state`` (``Weight``),
+        of ``grads`` (``Weight_Gradient``, unless ``track_gradients=False``) and of
+        ``optimizer_state`` (``Optimiser_State.<key>``), brings the step's statistics to the
+        host in one transfer and writes one record per tracked tensor. NNX modules and
+        optimizers given to ``track`` are read again when they are not given here.
+        """
+        if self._closed:
+            raise RuntimeError("this tracker is closed")
+        if self._active:
+            self._record_trees(model_state, optimizer_state, grads)
+            self._write()
+        self._step += 1
+
+    def _current(self, given: object, at_track: object, what: str) -> object:
+        if given is not None:
+            return given
+        if at_track is _GIVEN:
+            raise ValueError(
+                f"track() was given {what}, so step() needs the current {what} (the one after "
+                "this step's update): tracker.step(model_state, optimizer_state, grads)"
+            )
+        return at_track
+
+    def _record_trees(self, model_state: object, optimizer_state: object, grads: object) -> None:
+        model_state = self._current(model_state, self._model_state, "model_state")
+        optimizer_state = self._current(optimizer_state, self._optimizer_state, "optimizer_state")
+        if optimizer_state is None and _is_train_state(model_state):
+            model_state, optimizer_state = model_state.params, model_state.opt_state
+        self._module_types.update(
+            (k, v)
+            for k, v in nnx_modules.module_types(model_state).items()
+            if k not in self._module_types
+        )
+        weights = trees.weight_leaves(nnx_modules.state_tree(model_state), "Weight")
+        leaves = list(weights)
+        if grads is not None and self._config.gradients:
+            leaves += trees.weight_leaves(nnx_modules.state_tree(grads), "Weight_Gradient")
+        parameters = {leaf.name for leaf in leaves}
+        if optimizer_state is not None:
+            tree = nnx_modules.state_tree(optimizer_state, optimizer=True)
+            leaves += trees.optimizer_leaves(tree, parameters)
+        chosen = []
+        for leaf in leaves:
+            if not self._config.selected(leaf.name):
+                continue
+            optimizer = leaf.tensor_type.startswith("Optimiser_State.")
+            verdict = untrackable(leaf.value, skip_scalars=optimizer)
+            if verdict is Verdict.TRACK:
+                chosen.append(leaf)
+            elif verdict is not Verdict.SILENT:
+                self._config.skips.skip(leaf.name, leaf.tensor_type, verdict)
+        started = kernels.start([leaf.value for leaf in chosen], self._config.formats)
+        for leaf, pending in zip(chosen, started):
+            module_type = self._module_types.get(leaf.name.rpartition(".")[0], "")
+            self._results.add(Item(leaf.name, leaf.tensor_type, module_type, pending))
+
+    def _write(self) -> None:
+        records = self._results.drain()
+        outputs = [r for r in records if r.tensor_type in MODULE_OUTPUTS]
+        for record in outputs:
+            self._orders.module(record.name)
+        parameters = self._orders.parameters(
+            r.name for r in records if r.tensor_type not in MODULE_OUTPUTS
+        )
+        for record in records:
+            if record.tensor_type in MODULE_OUTPUTS:
+                order = self._orders.module(record.name)
+            else:
+                order = parameters[record.name]
+            self._writer.add_record(
+                record.name,
+                record.stats.to_record(),
+                self._step,
+                tensor_type=record.tensor_type,
+                module_type=record.module_type,
+                order=order,
+            )
+
+    def flush(self) -> None:
+        """Write everything recorded so far to disk."""
+        self._writer.flush()
+
+    def close(self) -> None:
+        """Write what the current step has recorded (without ``step()``), flush and close.
+        Closing twice is fine."""
+        self._end(keep_pending=True)
+
+    def _end(self, keep_pending: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if keep_pending and len(self._results):
+                self._write()
+        finally:
+            self._results = StepResults()
+            self._writer.close()
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        self._end(keep_pending=exc_type is None)
+
+
+def _is_train_state(state: object) -> bool:
+    """Whether ``state`` is a ``flax.training.train_state.TrainState`` (or alike)."""
+    return all(hasattr(state, a) for a in ("params", "opt_state", "apply_fn", "tx"))
+
+
+def track(
+    model_state: object = None,
+    optimizer_state: object = None,
+    *,
+    logdir: str | os.PathLike | None = None,
+    every: int = 1,
+    include: Patterns = None,
+    exclude: Patterns = None,
+    track_gradients: bool = True,
+    formats: Sequence[str] = (),
+    writer: object = None,
+    init_step: int = 0,
+) -> Tracker:
+    """Track the numerics of JAX/Flax training into TensorBoard event files.
+
+    ::
+
+        with track(model_state=params, optimizer_state=opt_state, logdir="runs/jax1",
+                   every=10) as tracker:
+            for batch in data:
+                params, opt_state, grads = tracker.intercept(update, params, opt_state, batch)
+                tracker.step(params, opt_state, grads)
+
+    ``update`` may be ``jax.jit``-ed (or ``nnx.jit``-ed): statistics are then computed in
+    the compiled program and only they leave it. Recorded per tracked step (steps
+    ``init_step`` + 0, ``every``, ``2 * every``, ... by number): ``Activation`` (the output
+    of every Flax module called in ``intercept``, each array of a tuple/dict output),
+    ``Gradient`` (the cotangent of those outputs), ``Weight``, ``Weight_Gradient`` and
+    ``Optimiser_State.<key>`` of every float array of the pytrees given to ``step`` (or
+    NNX modules and optimizers given here; a Flax ``TrainState`` as ``model_state`` gives
+    both its ``params`` and its ``opt_state``). ``include``/``exclude`` are regular expressions
+    searched in names; ``formats`` are the low-precision formats whose under/overflow is
+    counted exactly; ``track_gradients=False`` skips both kinds of gradient. ``writer`` is a
+    user's ``SummaryWriter`` (torch or tensorboardX) to write into instead of ``logdir``.
+    """
+    options = dict(locals())
+    return Tracker(options.pop("model_state"), options.pop("optimizer_state"), **options)
