@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 import warnings
 
 import ml_dtypes
@@ -71,6 +72,9 @@ def test_round_trip_runs_order_and_values(tmp_path):
     a = random_binades("float32", 2000, seed=1)
     b = crafted("float16")
     written = _write(tmp_path, [("dec", "Activation", 1, a), ("enc", "Activation", 0, b)])
+    # event files sort by the second they were opened in (then a per-process counter that
+    # sorts as text): a new second makes the first writer's file sort first for certain
+    time.sleep(1.1)
     written.update(_write(tmp_path, [("enc", "Activation", 2, a), ("dec", "Activation", 0, b)]))
     written.update(_write(tmp_path / "x" / "y", [("w", "Weight", 5, crafted("bfloat16"))]))
     df = validate(read_frame(tmp_path))

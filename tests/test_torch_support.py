@@ -2,52 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-import glob
-import os
-
 import numpy as np
 import torch
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-from tensorboard.util import tensor_util
 from torch import nn
 
-from tandv_tb import metadata, summary
 from tandv_tb.stats import NumericsRecord, tensor_stats
-
-
-@dataclasses.dataclass
-class Stored:
-    """One record read back from an event file, with its tag's metadata."""
-
-    record: NumericsRecord
-    module_type: str
-    order: int
-    formats: tuple[str, ...]
-
-
-def read_records(logdir: str) -> dict[tuple[str, str, int], Stored]:
-    """Every numerics record under ``logdir``: ``(name, tensor_type, step) -> Stored``.
-
-    Reads the event files with TensorBoard's own loader; names and types come from the
-    plugin metadata (which only a tag's first record carries).
-    """
-    out: dict[tuple[str, str, int], Stored] = {}
-    infos: dict[str, metadata.TagInfo] = {}
-    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
-        for event in EventFileLoader(path).Load():
-            for value in event.summary.value:
-                meta = value.metadata
-                if meta.plugin_data.plugin_name == metadata.PLUGIN_NAME:
-                    infos[value.tag] = metadata.parse_plugin_metadata(meta.plugin_data.content)
-                info = infos.get(value.tag)
-                if info is None:
-                    continue
-                record = summary.decode_tensor(tensor_util.make_ndarray(value.tensor), info)
-                key = (info.name, info.tensor_type, event.step)
-                assert key not in out, f"two records for {key}"
-                out[key] = Stored(record, info.module_type, info.order, info.formats)
-    return out
+from tests.tracker_records import Stored, read_records  # noqa: F401  (re-exported)
 
 
 def expected(values: torch.Tensor | list[torch.Tensor], formats=()) -> NumericsRecord:

@@ -20,8 +20,9 @@ from jax.extend.core import get_opaque_trace_state
 from tandv_tb.jax import kernels
 from tandv_tb.jax.outputs import map_output
 from tandv_tb.jax.probe import probe
-from tandv_tb.jax.skips import SkipLog, Verdict, untrackable
+from tandv_tb.jax.skips import Verdict, untrackable
 from tandv_tb.stats.engine import Pending
+from tandv_tb.tracking import SkipLog
 
 NESTED = (
     "it runs inside a transformation nested in the tracked function (jax.lax.scan, "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import warnings
 
 import jax
 import numpy as np
@@ -33,20 +32,3 @@ def untrackable(value: object, *, skip_scalars: bool) -> Verdict | str:
     if not is_float:
         return f"{dtype} is not a float dtype"
     return Verdict.TRACK
-
-
-class SkipLog:
-    """Warns once per (name, tensor type, reason)."""
-
-    def __init__(self) -> None:
-        self._seen: set[tuple[str, str, str]] = set()
-
-    def skip(self, name: str, tensor_type: str, reason: str) -> None:
-        key = (name, tensor_type, reason)
-        if key not in self._seen:
-            self._seen.add(key)
-            warnings.warn(
-                f"tandv_tb: not tracking {tensor_type} {name!r}: {reason}",
-                UntrackableArrayWarning,
-                stacklevel=4,
-            )

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import datetime
 import os
-import socket
 from collections.abc import Callable, Sequence
 
 from tandv_tb.jax import kernels, nnx_modules, trees
@@ -12,10 +10,10 @@ from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
 from tandv_tb.jax.interception import intercepting
 from tandv_tb.jax.orders import Orders
-from tandv_tb.jax.selection import Patterns, Selection, check_every
-from tandv_tb.jax.skips import SkipLog, Verdict, untrackable
+from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
 from tandv_tb.stats.engine import check_formats
+from tandv_tb.tracking import Patterns, Selection, SkipLog, check_every, default_logdir
 from tandv_tb.writer import NumericsWriter
 
 MODULE_OUTPUTS = ("Activation", "Gradient")
@@ -27,12 +25,6 @@ def _kept(state: object) -> object:
     if state is None or nnx_modules.is_nnx_object(state):
         return state
     return _GIVEN
-
-
-def _default_logdir() -> str:
-    """``runs/<date>_<host>``, as ``SummaryWriter`` picks."""
-    now = datetime.datetime.now().strftime("%b%d_%H-%M-%S")
-    return os.path.join("runs", f"{now}_{socket.gethostname()}")
 
 
 class Tracker:
@@ -57,9 +49,11 @@ class Tracker:
         self._every = check_every(every)
         formats = check_formats(formats)
         selected = Selection(include, exclude)
-        self._config = Config(formats, selected, bool(track_gradients), SkipLog())
+        self._config = Config(
+            formats, selected, bool(track_gradients), SkipLog(UntrackableArrayWarning)
+        )
         if writer is None:
-            logdir = _default_logdir() if logdir is None else os.fspath(logdir)
+            logdir = default_logdir() if logdir is None else os.fspath(logdir)
         self._writer = NumericsWriter(
             None if writer is not None else logdir, writer=writer, formats=formats
         )

@@ -8,7 +8,8 @@ import torch
 
 from tandv_tb import stats
 from tandv_tb.torch.collect import StepBuffer
-from tandv_tb.torch.skips import SkipLog, untrackable_reason
+from tandv_tb.torch.skips import untrackable_reason
+from tandv_tb.tracking import SkipLog
 
 try:
     from torch.distributed.tensor import DTensor

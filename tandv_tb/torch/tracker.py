@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import datetime
 import os
-import socket
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -16,15 +14,16 @@ from tandv_tb.torch.hooks import ModuleHooks
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.reduce import fetch_merged
-from tandv_tb.torch.selection import Patterns, Selection, check_every, is_tracked_step
-from tandv_tb.torch.skips import SkipLog
+from tandv_tb.torch.skips import UntrackableTensorWarning
+from tandv_tb.tracking import (
+    Patterns,
+    Selection,
+    SkipLog,
+    check_every,
+    default_logdir,
+    is_tracked_step,
+)
 from tandv_tb.writer import NumericsWriter
-
-
-def _default_logdir() -> str:
-    """``runs/<date>_<host>``, as ``SummaryWriter`` picks."""
-    now = datetime.datetime.now().strftime("%b%d_%H-%M-%S")
-    return os.path.join("runs", f"{now}_{socket.gethostname()}")
 
 
 class Tracker:
@@ -71,13 +70,15 @@ class Tracker:
         self._writer = None
         if not combined or rank == 0:
             if writer is None:
-                logdir = _default_logdir() if logdir is None else os.fspath(logdir)
+                logdir = default_logdir() if logdir is None else os.fspath(logdir)
                 if per_rank and is_distributed():
                     logdir = os.path.join(logdir, f"rank{rank}")
             self._writer = NumericsWriter(
                 None if writer is not None else logdir, writer=writer, formats=formats
             )
-        self._recorder = Recorder(formats, SkipLog(), replicated=self._writer is not None)
+        self._recorder = Recorder(
+            formats, SkipLog(UntrackableTensorWarning), replicated=self._writer is not None
+        )
         self._parameters = Parameters(module, optimizer)
         self._active = is_tracked_step(self._step, self._every)
         self._closed = False
