@@ -38,10 +38,9 @@ def _unspecified(value: object) -> bool:
     return type(value).__name__ == "UnspecifiedValue"
 
 
-def _jax_options(info) -> dict:
-    if any(layout is not None for layout in (*info.in_layouts_leaves, *info.out_layouts_leaves)):
-        raise UnsupportedJit("jax.jit with in_layouts/out_layouts")
-    options = dict(
+def _argument_options(info) -> dict:
+    """The options of a ``jax.jit`` that say how arguments are treated."""
+    return dict(
         static_argnums=info.static_argnums,
         static_argnames=info.static_argnames,
         donate_argnums=info.donate_argnums,
@@ -49,6 +48,12 @@ def _jax_options(info) -> dict:
         keep_unused=info.keep_unused,
         inline=info.inline,
     )
+
+
+def _jax_options(info) -> dict:
+    if any(layout is not None for layout in (*info.in_layouts_leaves, *info.out_layouts_leaves)):
+        raise UnsupportedJit("jax.jit with in_layouts/out_layouts")
+    options = _argument_options(info)
     if info.user_specified_in_shardings:
         options["in_shardings"] = info.in_shardings_treedef.unflatten(info.in_shardings_leaves)
     if not all(_unspecified(leaf) for leaf in info.out_shardings_leaves):
@@ -68,15 +73,9 @@ def _nnx_options(wrapped) -> dict:
         raise UnsupportedJit("nnx.jit with partial arguments")
     if wrapped.in_shardings is not None or wrapped.out_shardings is not None:
         raise UnsupportedJit("nnx.jit with in_shardings/out_shardings")
-    info = wrapped.jitted_fn._jit_info
     simple = type(wrapped).__name__ == "SimpleJitWrapped"
     return dict(
-        static_argnums=info.static_argnums,
-        static_argnames=info.static_argnames,
-        donate_argnums=info.donate_argnums,
-        donate_argnames=info.donate_argnames,
-        keep_unused=info.keep_unused,
-        inline=info.inline,
+        _argument_options(wrapped.jitted_fn._jit_info),
         graph=wrapped.graph if simple else True,
         graph_updates=not simple,
     )
