@@ -31,23 +31,36 @@ def _pass_counts(bits, sign_mask, inf_bits, mant_bits, thresholds, fields, casts
 
     Decided on bit patterns alone, so a flush-to-zero mode (``torch.set_flush_denormal``)
     cannot hide subnormals; ``thresholds`` holds bit patterns too (for non-negative floats,
-    their order is the values' order). Branch-free, with four interleaved field histograms,
-    so that runs of values in one binade do not wait on one counter.
+    their order is the values' order).
     """
-    lanes = np.zeros((4, len(fields)), np.int64)
-    largest, smallest, smallest_nonzero = 0, inf_bits, inf_bits
-    for i in range(len(bits)):
-        magnitude = bits[i] & sign_mask
-        lanes[i & 3, magnitude >> mant_bits] += 1
-        finite = magnitude < inf_bits
-        largest = max(largest, magnitude if finite else 0)
-        smallest = min(smallest, magnitude)
-        smallest_nonzero = min(smallest_nonzero, magnitude if magnitude != 0 else inf_bits)
-    for lane in range(4):
-        fields += lanes[lane]
+    _count_fields(bits, sign_mask, mant_bits, fields)
     if len(thresholds):
         _count_casts(bits, sign_mask, inf_bits, thresholds, casts)
+    zero = bits.dtype.type(0)
+    largest, smallest, smallest_nonzero = zero, inf_bits, inf_bits
+    for i in range(len(bits)):  # branch-free: vectorises
+        magnitude = bits[i] & sign_mask
+        largest = max(largest, magnitude if magnitude < inf_bits else zero)
+        smallest = min(smallest, magnitude)
+        smallest_nonzero = min(smallest_nonzero, magnitude if magnitude != zero else inf_bits)
     return largest, smallest, smallest_nonzero
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_fields(bits, sign_mask, mant_bits, fields):
+    """Adds the histogram of exponent fields to ``fields``, through four separate
+    histograms (unrolled) so that runs of values in one binade do not wait on one counter."""
+    h0, h1 = np.zeros(len(fields), np.int64), np.zeros(len(fields), np.int64)
+    h2, h3 = np.zeros(len(fields), np.int64), np.zeros(len(fields), np.int64)
+    whole = len(bits) // 4 * 4
+    for i in range(0, whole, 4):
+        h0[(bits[i] & sign_mask) >> mant_bits] += 1
+        h1[(bits[i + 1] & sign_mask) >> mant_bits] += 1
+        h2[(bits[i + 2] & sign_mask) >> mant_bits] += 1
+        h3[(bits[i + 3] & sign_mask) >> mant_bits] += 1
+    for i in range(whole, len(bits)):
+        h0[(bits[i] & sign_mask) >> mant_bits] += 1
+    fields += h0 + h1 + h2 + h3
 
 
 @numba.njit(cache=True, nogil=True)
