@@ -67,17 +67,36 @@ def _count_fields(bits, sign_mask, mant_bits, fields):
 def _count_casts(bits, sign_mask, inf_bits, thresholds, casts):
     """Adds, per format, the values that become 0 and those that become Inf/NaN."""
     for f in range(thresholds.shape[0]):
-        under = over = 0
         t = thresholds[f]
-        for i in range(len(bits)):
-            magnitude = bits[i] & sign_mask
-            side = 1 if bits[i] < 0 else 0
-            nonzero_finite = (magnitude != 0) & (magnitude < inf_bits)
-            under += nonzero_finite & (magnitude <= t[side])
-            over += nonzero_finite & ((magnitude >= t[2 + side]) | (magnitude < t[4 + side]))
-            over += (magnitude == 0) & (t[6] != 0)
+        if t[0] == t[1] and t[2] == t[3] and t[4] == t[5]:  # the same on both sides
+            under, over = _count_casts_symmetric(bits, sign_mask, inf_bits, t[0], t[2], t[4])
+        else:
+            under = over = 0
+            for i in range(len(bits)):
+                magnitude = bits[i] & sign_mask
+                side = 1 if bits[i] < 0 else 0
+                nonzero_finite = (magnitude != 0) & (magnitude < inf_bits)
+                under += nonzero_finite & (magnitude <= t[side])
+                over += nonzero_finite & ((magnitude >= t[2 + side]) | (magnitude < t[4 + side]))
+        zeros_overflow = 0
+        if t[6]:
+            for i in range(len(bits)):
+                zeros_overflow += (bits[i] & sign_mask) == 0
         casts[f, 0] += under
-        casts[f, 1] += over
+        casts[f, 1] += over + zeros_overflow
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_casts_symmetric(bits, sign_mask, inf_bits, under_max, over_min, nan_below):
+    """(values that become 0, values that become Inf/NaN) for a format whose thresholds
+    are the same for both signs: a branch-free loop on |x| that vectorises."""
+    under = over = 0
+    for i in range(len(bits)):
+        magnitude = bits[i] & sign_mask
+        nonzero_finite = (magnitude != 0) & (magnitude < inf_bits)
+        under += nonzero_finite & (magnitude <= under_max)
+        over += nonzero_finite & ((magnitude >= over_min) | (magnitude < nan_below))
+    return under, over
 
 
 @numba.njit(cache=True, nogil=True)
