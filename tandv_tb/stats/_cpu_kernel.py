@@ -161,8 +161,9 @@ def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bi
     counts = np.zeros(5 + n_bins + 2 * thresholds.shape[0], np.int64)
     counts[0] = len(bits)
     hist = counts[5 : 5 + n_bins]
-    normal_lo = 1 - bias - hist_lo  # index of the lowest normal binade in ``hist``
-    hist[max(normal_lo, 0) :] += fields[max(1, 1 - normal_lo) : len(fields) - 1][:n_bins]
+    for field in range(1, len(fields) - 1):  # normal binades: exponent = field - bias
+        if fields[field]:
+            hist[field - bias - hist_lo] += fields[field]
     if fields[0] or fields[-1]:
         _rare_values(bits, sign_mask, inf_bits, mant_bits, bias, hist, hist_lo, counts[1:5])
     counts[5 + n_bins :] = casts.reshape(-1)
