@@ -1,9 +1,14 @@
-"""The CPU kernel: compiled (numba) passes over a float32 or float64 array.
+"""The CPU kernel: one compiled (numba) read of a float32 or float64 array.
 
-Array libraries need a dozen full passes (and temporaries) for what this does in three
-reads of the data: (1) counts, exponent histogram, extremes and cast counts; (2) the scaled
-power sums; (3) again, for the centred second moment (two-pass, so the standard deviation
-stays exact for LayerNorm-like data). Narrower dtypes are widened to float32 first (exact).
+The array is taken in blocks small enough to stay in the L1 cache. Each block is read
+from memory once and then scanned a few times from the cache: (1) the exponent histogram
+(four unrolled histograms); (2) a branch-free scan of the bit patterns for the extremes
+(and, only in blocks that the histogram shows to hold zeros, subnormals, NaN or Inf, their
+counts); (3) one branch-free count per format of the values
+that cast to 0 or to Inf/NaN; (4) the block's power sums, scaled by a power of two at its
+own maximum and shifted by one of its values (so the second moment about the mean stays
+exact for LayerNorm-like data). Blocks merge into running sums (Chan et al. for the second
+moment). Narrower dtypes are widened to float32 first (exact).
 """
 
 from __future__ import annotations
@@ -21,51 +26,97 @@ from tandv_tb.stats.record import TensorStats
 
 _WORKERS = max(1, min(8, os.cpu_count() or 1))
 _MIN_CHUNK = 1 << 16
+#: Values per block: 16 KiB of float32, so a block stays in the L1 cache between scans.
+_BLOCK = 4096
+#: Scale exponent of running sums that have seen no non-zero value yet.
+_NO_SCALE = -1100
 
 
 @numba.njit(cache=True, nogil=True)
-def _pass_counts(bits, sign_mask, inf_bits, mant_bits, thresholds, fields, casts):
-    """Counts of the exponent fields (0: zeros and subnormals, all ones: Inf/NaN) into
-    ``fields``, cast counts into ``casts`` [format, under/over]; returns the bit patterns of
-    the largest, smallest and smallest non-zero finite |x| (>= ``inf_bits``: none).
-
-    Decided on bit patterns alone, so a flush-to-zero mode (``torch.set_flush_denormal``)
-    cannot hide subnormals; ``thresholds`` holds bit patterns too (for non-negative floats,
-    their order is the values' order).
-    """
-    _count_fields(bits, sign_mask, mant_bits, fields)
-    if len(thresholds):
-        _count_casts(bits, sign_mask, inf_bits, thresholds, casts)
-    zero = bits.dtype.type(0)
-    largest, smallest, smallest_nonzero = zero, inf_bits, inf_bits
-    for i in range(len(bits)):  # branch-free: vectorises
-        magnitude = bits[i] & sign_mask
-        largest = max(largest, magnitude if magnitude < inf_bits else zero)
-        smallest = min(smallest, magnitude)
-        smallest_nonzero = min(smallest_nonzero, magnitude if magnitude != zero else inf_bits)
-    return largest, smallest, smallest_nonzero
+def _count_fields(bits, fields):
+    """Adds the histogram of exponent fields to the four rows of ``fields``."""
+    if bits.itemsize == 4:  # constant shifts and masks: a third faster than variable ones
+        _count_fields_of(bits, 23, 0xFF, fields)
+    else:
+        _count_fields_of(bits, 52, 0x7FF, fields)
 
 
-@numba.njit(cache=True, nogil=True)
-def _count_fields(bits, sign_mask, mant_bits, fields):
-    """Adds the histogram of exponent fields to ``fields``, through four separate
-    histograms (unrolled) so that runs of values in one binade do not wait on one counter."""
-    h0, h1 = np.zeros(len(fields), np.int64), np.zeros(len(fields), np.int64)
-    h2, h3 = np.zeros(len(fields), np.int64), np.zeros(len(fields), np.int64)
+@numba.njit(cache=True, nogil=True, inline="always")
+def _count_fields_of(bits, mant_bits, field_mask, fields):
+    """Four histograms (unrolled), so that runs of values in one binade do not wait on one
+    counter."""
     whole = len(bits) // 4 * 4
     for i in range(0, whole, 4):
-        h0[(bits[i] & sign_mask) >> mant_bits] += 1
-        h1[(bits[i + 1] & sign_mask) >> mant_bits] += 1
-        h2[(bits[i + 2] & sign_mask) >> mant_bits] += 1
-        h3[(bits[i + 3] & sign_mask) >> mant_bits] += 1
+        fields[0, (bits[i] >> mant_bits) & field_mask] += 1
+        fields[1, (bits[i + 1] >> mant_bits) & field_mask] += 1
+        fields[2, (bits[i + 2] >> mant_bits) & field_mask] += 1
+        fields[3, (bits[i + 3] >> mant_bits) & field_mask] += 1
     for i in range(whole, len(bits)):
-        h0[(bits[i] & sign_mask) >> mant_bits] += 1
-    fields += h0 + h1 + h2 + h3
+        fields[0, (bits[i] >> mant_bits) & field_mask] += 1
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_casts(bits, sign_mask, inf_bits, thresholds, casts):
-    """Adds, per format, the values that become 0 and those that become Inf/NaN."""
+def _extremes(bits, sign_mask):
+    """The largest and the smallest |x| as bit patterns, for a block of finite non-zero
+    normal values (two branch-free reductions that vectorise)."""
+    largest = smallest = bits[0] & sign_mask
+    for i in range(len(bits)):
+        magnitude = bits[i] & sign_mask
+        largest = max(largest, magnitude)
+        smallest = min(smallest, magnitude)
+    return largest, smallest
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan(bits, sign_mask, inf_bits, min_normal):
+    """One branch-free pass over bit patterns (it vectorises), for blocks that hold zeros,
+    subnormals, NaNs or Infs: the largest finite, the smallest and the smallest non-zero
+    |x| as bit patterns (at or above ``inf_bits``: none), then the counts of finite values,
+    zeros, NaNs, +Inf, -Inf and subnormals."""
+    zero = bits.dtype.type(0)
+    neg_inf = inf_bits | ~sign_mask
+    largest, smallest, smallest_nonzero = zero, inf_bits, inf_bits
+    finite = zeros = nans = pos_inf = neg_infs = subnormals = 0
+    for i in range(len(bits)):
+        magnitude = bits[i] & sign_mask
+        is_finite = magnitude < inf_bits
+        largest = max(largest, magnitude if is_finite else zero)
+        smallest = min(smallest, magnitude)
+        smallest_nonzero = min(smallest_nonzero, magnitude if magnitude != zero else inf_bits)
+        finite += is_finite
+        zeros += magnitude == zero
+        nans += magnitude > inf_bits
+        pos_inf += bits[i] == inf_bits
+        neg_infs += bits[i] == neg_inf
+        subnormals += (magnitude != zero) & (magnitude < min_normal)
+    extremes = (largest, smallest, smallest_nonzero)
+    return extremes, (finite, zeros, nans, pos_inf, neg_infs, subnormals)
+
+
+@numba.njit(cache=True, nogil=True)
+def _bit_length(value):
+    """Number of bits of a positive integer: a subnormal with mantissa m has exponent
+    ``bit_length(m) - bias - mantissa_bits``."""
+    length = 0
+    while value:
+        value >>= 1
+        length += 1
+    return length
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_subnormals(bits, sign_mask, mant_bits, bias, hist, hist_lo):
+    """Adds the subnormals to their exponent bins: only for blocks that hold some."""
+    for i in range(len(bits)):
+        magnitude = bits[i] & sign_mask
+        if 0 < magnitude < (1 << mant_bits):
+            hist[_bit_length(magnitude) - bias - mant_bits - hist_lo] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, casts):
+    """Adds, per format, the values that become 0 and those that become Inf/NaN (the
+    ``zeros`` of the block too, for a format without a zero)."""
     for f in range(thresholds.shape[0]):
         t = thresholds[f]
         if t[0] == t[1] and t[2] == t[3] and t[4] == t[5]:  # the same on both sides
@@ -78,12 +129,8 @@ def _count_casts(bits, sign_mask, inf_bits, thresholds, casts):
                 nonzero_finite = (magnitude != 0) & (magnitude < inf_bits)
                 under += nonzero_finite & (magnitude <= t[side])
                 over += nonzero_finite & ((magnitude >= t[2 + side]) | (magnitude < t[4 + side]))
-        zeros_overflow = 0
-        if t[6]:
-            for i in range(len(bits)):
-                zeros_overflow += (bits[i] & sign_mask) == 0
         casts[f, 0] += under
-        casts[f, 1] += over + zeros_overflow
+        casts[f, 1] += over + (zeros if t[6] else 0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -99,103 +146,158 @@ def _count_casts_symmetric(bits, sign_mask, inf_bits, under_max, over_min, nan_b
     return under, over
 
 
-@numba.njit(cache=True, nogil=True)
-def _bit_length(value):
-    """Number of bits of a positive integer: a subnormal with mantissa m has exponent
-    ``bit_length(m) - bias - mantissa_bits``."""
-    length = 0
-    while value:
-        value >>= 1
-        length += 1
-    return length
-
-
-@numba.njit(cache=True, nogil=True)
-def _rare_values(bits, sign_mask, inf_bits, mant_bits, bias, hist, hist_lo, special):
-    """Histogram bins of the subnormals (into ``hist``) and [zero, nan, +inf, -inf] counts
-    (into ``special``): a second look, only for arrays that hold such values."""
-    for i in range(len(bits)):
-        magnitude = bits[i] & sign_mask
-        if magnitude == 0:
-            special[0] += 1
-        elif magnitude < (1 << mant_bits):
-            hist[_bit_length(magnitude) - bias - mant_bits - hist_lo] += 1
-        elif magnitude > inf_bits:
-            special[1] += 1
-        elif magnitude == inf_bits:
-            special[2 if bits[i] > 0 else 3] += 1
-
-
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _power_sums(values, inverse, mean_s, out):
-    """Adds sums of s, |s|, s**2, s**4, s**8 and (s - mean_s)**2 over the finite values
-    (s = x * inverse) to out[0:6]. Reassociation lets the sums vectorise; NaN/Inf checks
-    stay exact (no finite-math assumption)."""
-    s1 = s_abs = s2 = s4 = s8 = m2 = 0.0
+def _power_sums(values, inverse, shift):
+    """Sums of s, |s|, s**2, s**4, s**8, d and d**2 over the finite values, where
+    s = x * inverse and d = s - shift. Reassociation lets the sums vectorise; the NaN/Inf
+    test stays exact (no finite-math assumption)."""
+    s1 = s_abs = s2 = s4 = s8 = d1 = d2 = 0.0
     for i in range(len(values)):
         x = np.float64(values[i])
-        s = x * inverse if np.isfinite(x) else 0.0
-        d = s - mean_s if np.isfinite(x) else 0.0
+        is_finite = np.isfinite(x)
+        s = x * inverse if is_finite else 0.0
+        d = s - shift if is_finite else 0.0
         q = s * s
         s1 += s
         s_abs += abs(s)
         s2 += q
         s4 += q * q
         s8 += (q * q) * (q * q)
-        m2 += d * d
-    out[0] += s1
-    out[1] += s_abs
-    out[2] += s2
-    out[3] += s4
-    out[4] += s8
-    out[5] += m2
+        d1 += d
+        d2 += d * d
+    return s1, s_abs, s2, s4, s8, d1, d2
+
+
+@numba.njit(cache=True, nogil=True)
+def _scale_exponent(largest, mant_bits, bias):
+    """e with 2**e at or below the positive float whose bit pattern is ``largest``, clamped
+    so that 2**-e stays a normal float64 (for subnormal maxima)."""
+    field = largest >> mant_bits
+    exponent = field - bias
+    if field == 0:
+        exponent = _bit_length(largest) - bias - mant_bits
+    return max(-1022, exponent)
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_finite(values):
+    for i in range(len(values)):
+        if np.isfinite(values[i]):
+            return np.float64(values[i])
+    return 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_block_moments(values, largest, count, mant_bits, bias, running):
+    """Merges one block's moments into ``running`` = [scale exponent, finite count, sum s,
+    sum |s|, sum s**2, sum s**4, sum s**8, mean s, M2 of s], s being x / 2**exponent.
+
+    The block is scaled at its own maximum and shifted by its first finite value, whose
+    deviation from the block's mean is bounded by the block's spread; the running sums
+    move to the larger of the two scales (exact powers of two)."""
+    exponent = running[0]
+    if largest > 0:
+        block_exponent = _scale_exponent(largest, mant_bits, bias)
+        if block_exponent > exponent:
+            r = math.ldexp(1.0, int(exponent - block_exponent))
+            running[2] *= r
+            running[3] *= r
+            running[4] *= r * r
+            running[5] *= (r * r) * (r * r)
+            running[6] *= ((r * r) * (r * r)) * ((r * r) * (r * r))
+            running[7] *= r
+            running[8] *= r * r
+            exponent = running[0] = block_exponent
+    else:
+        block_exponent = exponent  # only zeros: nothing to scale
+    inverse = math.ldexp(1.0, -int(block_exponent)) if block_exponent > _NO_SCALE else 1.0
+    shift = _first_finite(values) * inverse
+    s1, s_abs, s2, s4, s8, d1, d2 = _power_sums(values, inverse, shift)
+    f = math.ldexp(1.0, int(block_exponent - exponent))
+    f2 = f * f
+    f4 = f2 * f2
+    running[2] += s1 * f
+    running[3] += s_abs * f
+    running[4] += s2 * f2
+    running[5] += s4 * f4
+    running[6] += s8 * (f4 * f4)
+    block_mean = s1 / count * f
+    block_m2 = max(d2 - d1 * d1 / count, 0.0) * f2
+    n = running[1] + count
+    delta = block_mean - running[7]
+    running[7] += delta * count / n
+    running[8] += block_m2 + delta * delta * running[1] * count / n
+    running[1] = n
+
+
+@numba.njit(cache=True, nogil=True)
+def _rare_fields(fields):
+    """Values counted so far in the exponent fields of zeros/subnormals and of NaN/Inf."""
+    last = fields.shape[1] - 1
+    return (
+        fields[0, 0]
+        + fields[1, 0]
+        + fields[2, 0]
+        + fields[3, 0]
+        + fields[0, last]
+        + (fields[1, last] + fields[2, last] + fields[3, last])
+    )
 
 
 @numba.njit(cache=True, nogil=True)
 def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds):
     """The counts vector (``record.engine_layout``), the moments vector less its three
     extremes, and the extremes as bit patterns, of one array."""
-    fields = np.zeros((inf_bits >> mant_bits) + 1, np.int64)
-    casts = np.zeros((thresholds.shape[0], 2), np.int64)
-    extremes = _pass_counts(bits, sign_mask, inf_bits, mant_bits, thresholds, fields, casts)
-    counts = np.zeros(5 + n_bins + 2 * thresholds.shape[0], np.int64)
-    counts[0] = len(bits)
+    fields = np.zeros((4, (inf_bits >> mant_bits) + 1), np.int64)
+    n_formats = thresholds.shape[0]
+    counts = np.zeros(5 + n_bins + 2 * n_formats, np.int64)
     hist = counts[5 : 5 + n_bins]
-    for field in range(1, len(fields) - 1):  # normal binades: exponent = field - bias
-        if fields[field]:
-            hist[field - bias - hist_lo] += fields[field]
-    if fields[0] or fields[-1]:
-        _rare_values(bits, sign_mask, inf_bits, mant_bits, bias, hist, hist_lo, counts[1:5])
+    casts = np.zeros((n_formats, 2), np.int64)
+    min_normal = bits.dtype.type(1 << mant_bits)
+    largest, smallest, smallest_nonzero = bits.dtype.type(0), inf_bits, inf_bits
+    running = np.zeros(9)
+    running[0] = _NO_SCALE
+    for lo in range(0, len(bits), _BLOCK):
+        block_bits = bits[lo : lo + _BLOCK]
+        rare_before = _rare_fields(fields)
+        _count_fields(block_bits, fields)
+        if _rare_fields(fields) == rare_before:  # only normal values: the common case
+            block_largest, block_smallest = _extremes(block_bits, sign_mask)
+            extremes = (block_largest, block_smallest, block_smallest)
+            block_counts = (len(block_bits), 0, 0, 0, 0, 0)
+        else:
+            extremes, block_counts = _scan(block_bits, sign_mask, inf_bits, min_normal)
+        largest = max(largest, extremes[0])
+        smallest = min(smallest, extremes[1])
+        smallest_nonzero = min(smallest_nonzero, extremes[2])
+        finite, zeros, nans, pos_inf, neg_inf, subnormals = block_counts
+        counts[1] += zeros
+        counts[2] += nans
+        counts[3] += pos_inf
+        counts[4] += neg_inf
+        if subnormals:
+            _count_subnormals(block_bits, sign_mask, mant_bits, bias, hist, hist_lo)
+        if n_formats:
+            _count_casts(block_bits, sign_mask, inf_bits, thresholds, zeros, casts)
+        if finite:
+            block_values = values[lo : lo + _BLOCK]
+            _add_block_moments(block_values, extremes[0], finite, mant_bits, bias, running)
+    counts[0] = len(bits)
+    for field in range(1, fields.shape[1] - 1):  # normal binades: exponent = field - bias
+        hist[field - bias - hist_lo] += fields[0, field] + fields[1, field]
+        hist[field - bias - hist_lo] += fields[2, field] + fields[3, field]
     counts[5 + n_bins :] = casts.reshape(-1)
-
-    moments = np.zeros(7)
-    # s = x * 2**-e with 2**e the power of two at or below max|x| (exact scaling; clamped
-    # so that 2**-e stays a normal float64 for subnormal maxima)
-    largest = extremes[0]
-    exponent = 0
-    if largest > 0:
-        field = largest >> mant_bits
-        exponent = field - bias
-        if field == 0:
-            exponent = _bit_length(largest) - bias - mant_bits
-        exponent = max(-1022, exponent)
-    moments[0] = math.ldexp(1.0, exponent)
-    inverse = math.ldexp(1.0, -exponent)
-    sums = np.zeros(6)
-    _power_sums(values, inverse, 0.0, sums)
-    finite = counts[0] - counts[2] - counts[3] - counts[4]
-    mean_s = sums[0] / finite if finite > 0 else 0.0
-    centred = np.zeros(6)
-    _power_sums(values, inverse, mean_s, centred)  # two-pass: exact for LayerNorm-like data
-    moments[1:6] = sums[:5]
-    moments[6] = centred[5]
-    return counts, moments, np.array(extremes, dtype=np.int64)
+    moments = np.empty(7)
+    moments[0] = math.ldexp(1.0, int(running[0])) if running[0] > _NO_SCALE else 1.0
+    moments[1:6] = running[2:7]
+    moments[6] = running[8]
+    return counts, moments, np.array((largest, smallest, smallest_nonzero), dtype=np.int64)
 
 
 @functools.cache
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(
-        max_workers=_WORKERS, thread_name_prefix="tandv-stats"
+        max_workers=max(1, _WORKERS - 1), thread_name_prefix="tandv-stats"
     )
 
 
@@ -234,9 +336,9 @@ def _constants(dtype: str, formats: tuple[str, ...]) -> tuple:
 
 def compute_cpu(values: np.ndarray, dtype: str, formats: tuple[str, ...]) -> TensorStats:
     """Statistics of a host array of ``dtype`` whose values are given as float32 (any dtype
-    narrower than float64, widened exactly) or float64. Large arrays are split over a few
-    plain threads (the kernel drops the GIL; idle threads sleep, unlike an OpenMP pool
-    that would spin against torch's) and the parts merged exactly."""
+    narrower than float64, widened exactly) or float64. Large arrays are split between this
+    thread and a few plain threads (the kernel drops the GIL; idle threads sleep, unlike an
+    OpenMP pool that would spin against torch's) and the parts merged exactly."""
     values = np.ascontiguousarray(values).reshape(-1)
     bits = values.view(np.int64 if values.dtype == np.float64 else np.int32)
     constants = _constants(dtype, formats)
@@ -244,12 +346,16 @@ def compute_cpu(values: np.ndarray, dtype: str, formats: tuple[str, ...]) -> Ten
     if chunks <= 1:
         return _unpack(values.dtype, dtype, formats, *_summarise(values, bits, *constants))
     bounds = np.linspace(0, len(values), chunks + 1).astype(np.int64)
+    parts = list(zip(bounds[:-1], bounds[1:]))
     jobs = [
-        _pool().submit(_summarise, values[lo:hi], bits[lo:hi], *constants)
-        for lo, hi in zip(bounds[:-1], bounds[1:])
+        _pool().submit(_summarise, values[lo:hi], bits[lo:hi], *constants) for lo, hi in parts[1:]
     ]
-    parts = [_unpack(values.dtype, dtype, formats, *job.result()) for job in jobs]
-    return functools.reduce(TensorStats.merge, parts)
+    lo, hi = parts[0]
+    results = [_summarise(values[lo:hi], bits[lo:hi], *constants)]  # this thread takes a part
+    results += [job.result() for job in jobs]
+    return functools.reduce(
+        TensorStats.merge, (_unpack(values.dtype, dtype, formats, *r) for r in results)
+    )
 
 
 def _unpack(compute_dtype, dtype, formats, counts, moments, extremes_bits) -> TensorStats:

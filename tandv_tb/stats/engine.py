@@ -67,7 +67,9 @@ def compute(tensor: object, formats: Sequence[str] = ()) -> Pending:
     )
 
 
+@functools.cache
 def _float_dtype_name(dtype: object) -> str:
+    """The ml_dtypes name of a float dtype (cached: it runs once per tensor)."""
     try:
         name = fmt.canonical_name(dtype)
     except (TypeError, ValueError):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import torch
 
 from tandv_tb import stats
-from tandv_tb.torch.collect import StepBuffer
+from tandv_tb.stats import Pending
+from tandv_tb.torch.collect import Entry, StepBuffer
 from tandv_tb.torch.skips import untrackable_reason
 from tandv_tb.tracking import SkipLog
 
@@ -35,6 +37,9 @@ class Recorder:
 
     ``replicated=False`` (ranks other than 0 in a combined distributed run) skips the
     tensors that are the same on every rank: rank 0 records them alone.
+
+    A tensor recorded again in the same step, unchanged (a container module returns its
+    last child's output; two gradient hooks see one gradient), reuses its statistics.
     """
 
     def __init__(self, formats: Sequence[str], skips: SkipLog, replicated: bool = True) -> None:
@@ -42,6 +47,13 @@ class Recorder:
         self.buffer = StepBuffer()
         self._skips = skips
         self._replicated = replicated
+        # id(tensor) -> (a weak reference to it, its version counter, its statistics)
+        self._computed: dict[int, tuple[weakref.ref, int, Pending]] = {}
+
+    def drain(self) -> list[Entry]:
+        """The step's entries (``StepBuffer.drain``); forgets the step's tensors."""
+        self._computed = {}
+        return self.buffer.drain()
 
     def record(
         self,
@@ -68,10 +80,19 @@ class Recorder:
         reason = untrackable_reason(tensor)
         if reason is None:
             try:
-                pending = stats.compute(tensor.detach(), self.formats)
+                pending = self._compute(tensor)
             except Exception as error:  # tracking never stops training
                 reason = f"{type(error).__name__}: {error}"
         if reason is not None:
             self._skips.skip(name, tensor_type, reason)
             return
         self.buffer.add(name, tensor_type, module_type, order, pending, sharded)
+
+    def _compute(self, tensor: torch.Tensor) -> Pending:
+        """``stats.compute``, once per tensor object and version in a step."""
+        seen = self._computed.get(id(tensor))
+        if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
+            return seen[2]
+        pending = stats.compute(tensor.detach(), self.formats)
+        self._computed[id(tensor)] = (weakref.ref(tensor), tensor._version, pending)
+        return pending

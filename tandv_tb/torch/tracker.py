@@ -125,7 +125,7 @@ class Tracker:
                 weights=self._track_weights,
                 optimizer_state=self._track_optimizer,
             )
-        entries = self._recorder.buffer.drain()
+        entries = self._recorder.drain()
         parts = fetch_merged(entries) if entries else []
         results = list(zip(entries, parts))
         if self._combiner is not None:
@@ -165,7 +165,7 @@ class Tracker:
             if keep_pending and self._combiner is None and len(self._recorder.buffer):
                 self._finish_step()
         finally:
-            self._recorder.buffer.drain()
+            self._recorder.drain()
             if self._writer is not None:
                 self._writer.close()
 
