@@ -114,13 +114,16 @@ def _count_subnormals(bits, sign_mask, mant_bits, bias, hist, hist_lo):
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, casts):
+def _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, non_finite, casts):
     """Adds, per format, the values that become 0 and those that become Inf/NaN (the
-    ``zeros`` of the block too, for a format without a zero)."""
+    ``zeros`` of the block too, for a format without a zero); ``non_finite`` counts the
+    block's NaN and Inf."""
     for f in range(thresholds.shape[0]):
         t = thresholds[f]
-        if t[0] == t[1] and t[2] == t[3] and t[4] == t[5]:  # the same on both sides
-            under, over = _count_casts_symmetric(bits, sign_mask, inf_bits, t[0], t[2], t[4])
+        symmetric = t[0] == t[1] and t[2] == t[3] and t[4] == 0 and t[5] == 0
+        if symmetric and t[0] >= 0 and t[2] <= inf_bits:
+            at_most, at_least = _count_magnitudes(bits, sign_mask, t[0], t[2])
+            under, over = at_most - zeros, at_least - non_finite
         else:
             under = over = 0
             for i in range(len(bits)):
@@ -134,16 +137,17 @@ def _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, casts):
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_casts_symmetric(bits, sign_mask, inf_bits, under_max, over_min, nan_below):
-    """(values that become 0, values that become Inf/NaN) for a format whose thresholds
-    are the same for both signs: a branch-free loop on |x| that vectorises."""
-    under = over = 0
+def _count_magnitudes(bits, sign_mask, at_most, at_least):
+    """(values with |x| <= ``at_most``, values with |x| >= ``at_least``), compared as bit
+    patterns: for a format whose thresholds are the same for both signs, the values that
+    become 0 are those up to its threshold less the zeros, and those that become Inf/NaN
+    are those from its threshold on less the NaN/Inf. Branch-free: it vectorises."""
+    low = high = 0
     for i in range(len(bits)):
         magnitude = bits[i] & sign_mask
-        nonzero_finite = (magnitude != 0) & (magnitude < inf_bits)
-        under += nonzero_finite & (magnitude <= under_max)
-        over += nonzero_finite & ((magnitude >= over_min) | (magnitude < nan_below))
-    return under, over
+        low += magnitude <= at_most
+        high += magnitude >= at_least
+    return low, high
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -278,7 +282,9 @@ def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bi
         if subnormals:
             _count_subnormals(block_bits, sign_mask, mant_bits, bias, hist, hist_lo)
         if n_formats:
-            _count_casts(block_bits, sign_mask, inf_bits, thresholds, zeros, casts)
+            _count_casts(
+                block_bits, sign_mask, inf_bits, thresholds, zeros, nans + pos_inf + neg_inf, casts
+            )
         if finite:
             block_values = values[lo : lo + _BLOCK]
             _add_block_moments(block_values, extremes[0], finite, mant_bits, bias, running)
