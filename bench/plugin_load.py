@@ -14,6 +14,9 @@ from the normal distribution), starts ``tensorboard`` (default loader) and print
 
 Usage: ``python bench/plugin_load.py [--workdir DIR] [--layers 200] [--steps 1000]``.
 An existing workdir with the same sizes is reused (writing takes minutes).
+``--numerics-logdir DIR`` times the plugin on an existing numerics logdir of the same sizes
+instead (e.g. one written by an older tandv_tb, to compare storage versions), and
+``--no-histograms`` leaves out the histograms plugin.
 """
 
 from __future__ import annotations
@@ -152,7 +155,9 @@ def _write_type(args: tuple[str, str, int, int, int]) -> None:
 
 def write_logdirs(workdir: Path, layers: int, steps: int) -> tuple[Path, Path]:
     numerics, histograms = workdir / "numerics", workdir / "histograms"
-    stamp = workdir / f"done_{layers}x{steps}"
+    from tandv_tb.metadata import PLUGIN_DATA_VERSION
+
+    stamp = workdir / f"done_{layers}x{steps}_v{PLUGIN_DATA_VERSION}"
     if stamp.exists():
         print(f"reusing {workdir}")
         return numerics, histograms
@@ -185,10 +190,12 @@ class Server:
             stderr=subprocess.DEVNULL,
         )
 
-    def get(self, path: str):
+    def get(self, path: str, gzip: bool = False):
         url = f"http://127.0.0.1:{self.port}{path}"
+        headers = {"Accept-Encoding": "gzip"} if gzip else {}
         try:
-            with urllib.request.urlopen(url, timeout=120) as response:
+            request = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(request, timeout=120) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as error:
             return error.code, error.read()
@@ -205,11 +212,12 @@ class Server:
                 raise RuntimeError("tensorboard exited")
             time.sleep(0.1)
 
-    def median_ms(self, paths: list[str]) -> float:
+    def median_ms(self, paths: list[str], gzip: bool = False) -> float:
+        """Median latency; ``gzip`` asks for a gzipped body, as browsers do."""
         times = []
         for path in paths:
             start = time.perf_counter()
-            status, _ = self.get(path)
+            status, _ = self.get(path, gzip)
             times.append((time.perf_counter() - start) * 1000)
             assert status == 200, (path, status)
         return statistics.median(times)
@@ -244,11 +252,12 @@ def bench_numerics(logdir: Path, layers: int, steps: int) -> dict:
         heatmap = P + f"heatmap?run=bench&tensor_type=Activation&metric=log2_rm2&columns={steps}"
 
         def full(body):
-            return (
-                len(body["layers"]) == layers
-                and body["total_steps"] == steps
-                and all(v is not None for row in body["values"] for v in row)
-            )
+            values = body["values"]
+            if isinstance(values, list):  # a tandv_tb before the base64 matrix
+                complete = all(v is not None for row in values for v in row)
+            else:
+                complete = values["missing"] is None
+            return len(body["layers"]) == layers and body["total_steps"] == steps and complete
 
         listed = server.until(P + "runs", lambda body: len(body["runs"]) == 1)
         first = server.until(heatmap, full)
@@ -262,18 +271,28 @@ def bench_numerics(logdir: Path, layers: int, steps: int) -> dict:
                 for i in range(20)
             ]
         )
+        result["heatmap_fresh_gzip_ms"] = server.median_ms(
+            [
+                P + f"heatmap?run=bench&tensor_type=Activation&metric={metrics[(i + 1) % 5]}"
+                f"&columns={steps - i}"
+                for i in range(20)
+            ],
+            gzip=True,
+        )
+        result["heatmap_bytes"] = len(server.get(heatmap)[1])
         result["heatmap_other_type_first_ms"] = server.median_ms(
             [P + f"heatmap?run=bench&tensor_type=Gradient&metric=log2_rm2&columns={steps}"]
         )
         result["histogram_fresh_ms"] = server.median_ms(
             [
-                P + f"histogram?run=bench&tensor_type=Activation&layer=layers.{i}&step={37 * i}"
+                P + "histogram?run=bench&tensor_type=Activation"
+                f"&layer=layers.{i % layers}&step={37 * i}"
                 for i in range(20)
             ]
         )
         result["series_fresh_ms"] = server.median_ms(
             [
-                P + f"series?run=bench&tensor_type=Activation&layer=layers.{i}"
+                P + f"series?run=bench&tensor_type=Activation&layer=layers.{i % layers}"
                 "&metric=log2_rm2&metric=underflow_fraction&format=float8_e4m3fn"
                 for i in range(20)
             ]
@@ -306,13 +325,20 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tandv_bench")
     parser.add_argument("--layers", type=int, default=200)
     parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--numerics-logdir", type=Path, default=None)
+    parser.add_argument("--no-histograms", action="store_true")
     args = parser.parse_args()
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    numerics, histograms = write_logdirs(args.workdir, args.layers, args.steps)
+    if args.numerics_logdir is not None:
+        numerics, histograms = args.numerics_logdir, None
+    else:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        numerics, histograms = write_logdirs(args.workdir, args.layers, args.steps)
     print(f"numerics logdir: {_size(numerics) / 2**20:.1f} MiB")
-    print(f"add_histogram logdir: {_size(histograms) / 2**20:.1f} MiB")
     print("tandv plugin:", json.dumps(bench_numerics(numerics, args.layers, args.steps)))
-    print("histograms plugin:", json.dumps(bench_histograms(histograms, args.layers, args.steps)))
+    if histograms is not None and not args.no_histograms:
+        print(f"add_histogram logdir: {_size(histograms) / 2**20:.1f} MiB")
+        result = bench_histograms(histograms, args.layers, args.steps)
+        print("histograms plugin:", json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from tandv_tb.frame import (
     validate,
     write_frame,
 )
-from tandv_tb.writer import NumericsWriter
+from tandv_tb.writer import NumericsWriter, WriteFailureWarning
 
 __version__ = "0.1.0"
 
@@ -25,6 +25,7 @@ __all__ = [
     "SchemaError",
     "read_frame",
     "to_tandv",
+    "WriteFailureWarning",
     "validate",
     "write_frame",
 ]

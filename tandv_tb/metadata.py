@@ -5,10 +5,12 @@ metadata holds only what is fixed for the tag's life: the tensor's name and type
 module type, its order in the model and the formats whose under/overflow is recorded.
 It is stored as compact JSON in ``plugin_data.content``::
 
-    {"version": 1, "name": "layers.0.attn.wq", "tensor_type": "Activation",
+    {"version": 2, "name": "layers.0.attn.wq", "tensor_type": "Activation",
      "module_type": "Linear", "order": 3, "formats": ["float8_e4m3fn"]}
 
-Readers take the name and tensor type from here, never by parsing the tag string.
+Readers take the name and tensor type from here, never by parsing the tag string. The
+version says how each step's tensor is stored (see ``tandv_tb.summary``): 1 as ``int64_val``,
+2 (written since) as varint bytes; this version reads both, and refuses newer ones.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import re
 from tensorboard.compat.proto import summary_pb2
 
 PLUGIN_NAME = "tandv"
-PLUGIN_DATA_VERSION = 1
+PLUGIN_DATA_VERSION = 2
 
 #: Stored dtypes, by code (the code is the index). Append-only: codes never change.
 DTYPE_CODES = (

@@ -1,7 +1,6 @@
 """One tracked tensor at one step as a TensorBoard ``Summary``, and back.
 
-The value of each step is a 1-D ``DT_INT64`` ``TensorProto`` (``int64_val``: protobuf packs
-it as varints, so small numbers take one or two bytes) laid out as::
+The value of each step is a vector of int64 (``encode_record``) laid out as::
 
     [dtype_code, numel, zero_count, nan_count, posinf_count, neginf_count,
      bins_lo + 1100, n_bins, *counts (n_bins of them),
@@ -16,6 +15,18 @@ it as varints, so small numbers take one or two bytes) laid out as::
 - The statistics are stored as IEEE bit patterns: for float64 tensors the float64 pattern
   read as an int64; for every other dtype (whose statistics are accumulated in float32)
   the float32 pattern read as an uint32 (0 .. 2**32 - 1). NaN stays NaN.
+
+How the vector is stored depends on the tag's plugin data version (``metadata``):
+
+- version 2 (written now): a 1-D ``DT_UINT8`` ``TensorProto`` whose ``tensor_content`` is the
+  vector as LEB128 varints (each value's 64-bit pattern, 7 bits a byte, low bits first, the
+  high bit set on every byte but a value's last). Small numbers take one or two bytes, and
+  TensorBoard's data server holds one byte string per step instead of a vector of int64,
+  about a quarter less memory, and hands it back several times faster.
+- version 1: a 1-D ``DT_INT64`` ``TensorProto`` with the vector in ``int64_val``.
+
+``decode_tensor`` reads both, from the ndarray ``tensor_util.make_ndarray`` gives: uint8
+(varint bytes) or any other integer dtype (the vector itself).
 """
 
 from __future__ import annotations
@@ -87,14 +98,48 @@ def _decode_statistics(values: np.ndarray, dtype: str) -> np.ndarray:
         return values.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
+def encode_varints(values: np.ndarray) -> bytes:
+    """The LEB128 varints of the 64-bit patterns of ``values`` (int64), concatenated.
+
+    Protobuf's own encoder does the work: a packed ``uint64_val`` field serializes as its
+    key (2 bytes), the payload's length as a varint, then exactly these varints."""
+    bits = np.asarray(values, dtype=np.int64).view(np.uint64)
+    packed = tensor_pb2.TensorProto(uint64_val=bits.tolist()).SerializeToString()
+    if not packed:
+        return b""
+    start = 2
+    while packed[start] & 0x80:
+        start += 1
+    return packed[start + 1 :]
+
+
+def decode_varints(data: np.ndarray) -> np.ndarray:
+    """The int64 values of concatenated LEB128 varints (uint8 array); ``ValueError`` if the
+    last one is cut off or one is longer than 10 bytes."""
+    data = np.asarray(data, dtype=np.uint8).reshape(-1)
+    if data.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = data < 0x80
+    if not ends[-1]:
+        raise ValueError("a numerics tensor's last varint is cut off")
+    starts = np.concatenate(([0], np.flatnonzero(ends)[:-1] + 1))
+    owner = np.cumsum(ends) - ends
+    shift = np.arange(data.size) - starts[owner]
+    if shift.max() >= 10:
+        raise ValueError("a numerics tensor holds a varint longer than 10 bytes")
+    parts = (data & 0x7F).astype(np.uint64) << (7 * shift).astype(np.uint64)
+    return np.bitwise_or.reduceat(parts, starts).view(np.int64)
+
+
 def tensor_proto(values: np.ndarray) -> tensor_pb2.TensorProto:
-    """A 1-D ``DT_INT64`` ``TensorProto`` holding ``values``."""
+    """The stored ``TensorProto`` (version 2) of an int64 vector: ``DT_UINT8`` varint bytes."""
+    content = encode_varints(values)
     return tensor_pb2.TensorProto(
-        dtype=types_pb2.DT_INT64,
+        dtype=types_pb2.DT_UINT8,
         tensor_shape=tensor_shape_pb2.TensorShapeProto(
-            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(values))]
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(content))]
         ),
-        int64_val=np.asarray(values, dtype=np.int64).tolist(),
+        tensor_content=content,
     )
 
 
@@ -111,15 +156,24 @@ def numerics_summary(
     return summary_pb2.Summary(value=[value])
 
 
-def decode_tensor(array: np.ndarray, info: TagInfo) -> NumericsRecord:
-    """The ``NumericsRecord`` of one stored step; ``ValueError`` if it is malformed."""
+def stored_vector(array: np.ndarray) -> np.ndarray:
+    """The int64 vector of one stored step from its ndarray: varint bytes (uint8, version 2)
+    decoded, any other integer vector (version 1) as is; ``ValueError`` otherwise."""
     values = np.asarray(array)
     if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
         raise ValueError(
             f"a numerics tensor must be a 1-D integer vector, got shape {values.shape} "
             f"and dtype {values.dtype}"
         )
-    values = values.astype(np.int64)
+    if values.dtype == np.uint8:
+        return decode_varints(values)
+    return values.astype(np.int64)
+
+
+def decode_tensor(array: np.ndarray, info: TagInfo) -> NumericsRecord:
+    """The ``NumericsRecord`` of one stored step (the ndarray of its ``TensorProto``, either
+    version); ``ValueError`` if it is malformed."""
+    values = stored_vector(array)
     if len(values) < _HEADER:
         raise ValueError(f"a numerics tensor has at least {_HEADER} values, got {len(values)}")
     code, n_bins = int(values[0]), int(values[_HEADER - 1])

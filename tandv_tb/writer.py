@@ -5,8 +5,18 @@ no TensorFlow needed) or through a user's ``torch.utils.tensorboard.SummaryWrite
 ``tensorboardX.SummaryWriter`` into the event file that also holds the user's scalars.
 
 Data reach disk at every ``flush()``, at ``close()``, at interpreter exit and at least
-every 30 seconds, so a killed process loses at most the last 30 seconds; the files it
-leaves are valid event files.
+every ``FLUSH_SECS`` (30) seconds, so a killed process loses at most the last 30 seconds
+(with TensorBoard's own file layer, used without TensorFlow, each record reaches the file as
+soon as the writer thread takes it off its queue); the files it leaves are valid event
+files, at worst ending in a half-written record that readers skip.
+
+Writing never stops training: a write that fails (disk full, directory removed, a user's
+writer that failed or was closed) warns once with a ``WriteFailureWarning`` naming the
+logdir and the error, and records are dropped until writing works again. Every
+``RETRY_SECS`` seconds the writer tries again, in a new event file of the same logdir (the
+failed one may end in a half-written record); a recovery warns with the number of records
+dropped. Writing is thread-safe: one lock orders every record of a writer, and the event
+file is written by one thread (TensorBoard's queue), as ``SummaryWriter`` does.
 """
 
 from __future__ import annotations
@@ -14,9 +24,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import numbers
+import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,6 +42,13 @@ from tandv_tb.summary import numerics_summary
 
 #: Longest time data wait in memory before they are flushed to disk.
 FLUSH_SECS = 30
+#: Seconds between attempts to write again after a write failed.
+RETRY_SECS = 30
+
+
+class WriteFailureWarning(RuntimeWarning):
+    """Numerics could not be written (or are written again after a failure); training goes
+    on and the records in between are dropped."""
 
 
 def _check_name(name: object) -> str:
@@ -108,6 +127,54 @@ class _PeriodicFlush:
             self._thread.join()
 
 
+def _event_file(logdir: str) -> EventFileWriter:
+    return EventFileWriter(logdir, max_queue_size=1024, flush_secs=FLUSH_SECS)
+
+
+def _own_empty_files(logdir: str) -> set[str]:
+    """The empty event files this process made in ``logdir``."""
+    mark = f".{os.getpid()}."
+    try:
+        names = os.listdir(logdir)
+    except OSError:
+        return set()
+    paths = (os.path.join(logdir, n) for n in names if "tfevents" in n and mark in n)
+    return {p for p in paths if os.path.isfile(p) and os.path.getsize(p) == 0}
+
+
+def _abandon(events: EventFileWriter) -> None:
+    """Stop a failed event file's writer thread and release the file, ignoring errors."""
+    with contextlib.suppress(Exception):
+        events.close()
+
+
+class _Failure:
+    """Whether writing has failed, when to try again and how many records were dropped."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.dropped = 0
+        self._retry_at = 0.0
+
+    def start(self) -> bool:
+        """Note a failed write (one more dropped record); True where it is the first."""
+        first = not self.active
+        if first:
+            self.active, self.dropped = True, 0
+        self.dropped += 1
+        self._retry_at = time.monotonic() + RETRY_SECS
+        return first
+
+    def due(self) -> bool:
+        """Whether it is time to try writing again."""
+        return time.monotonic() >= self._retry_at
+
+    def end(self) -> int:
+        """Writing works again: the number of records dropped meanwhile."""
+        self.active = False
+        return self.dropped
+
+
 class NumericsWriter:
     """Writes the numerics of tensors (or precomputed records) as TensorBoard summaries.
 
@@ -127,10 +194,12 @@ class NumericsWriter:
         self.formats = tuple(fmt.numpy_dtype(f).name for f in formats)
         self._lock = threading.Lock()
         self._tags: dict[tuple[str, str], TagInfo] = {}
+        self._described: set[tuple[str, str]] = set()  # tags whose metadata were written
+        self._failure = _Failure()
         self._closed = False
         self._timer: _PeriodicFlush | None = None
         if writer is None:
-            self._events = EventFileWriter(str(logdir), max_queue_size=1024, flush_secs=FLUSH_SECS)
+            self._events = _event_file(str(logdir))
             self._user_writer = None
             self._kind = "own"
         else:
@@ -145,6 +214,7 @@ class NumericsWriter:
             self._user_writer = writer
             self._kind = kind
             self._timer = _PeriodicFlush(writer.flush, FLUSH_SECS)
+        self._where = self.logdir
         atexit.register(self.close)
 
     @property
@@ -192,8 +262,7 @@ class NumericsWriter:
                 raise ValueError("this NumericsWriter is closed")
             key = (tensor_type, name)
             info = self._tags.get(key)
-            first = info is None
-            if first:
+            if info is None:
                 info = TagInfo(
                     name=name,
                     tensor_type=tensor_type,
@@ -201,11 +270,65 @@ class NumericsWriter:
                     order=len(self._tags) if order is None else int(order),
                     formats=tuple(record.underflow),
                 )
-            summary = numerics_summary(info, record, with_metadata=first)
-            self._tags[key] = info
-            self._write(summary, step)
+                self._tags[key] = info
+            described = key in self._described
+            summary = numerics_summary(info, record, with_metadata=not described)
+            if self._write(summary, step) and not described:
+                self._described.add(key)
 
-    def _write(self, summary: summary_pb2.Summary, step: int) -> None:
+    def _write(self, summary: summary_pb2.Summary, step: int) -> bool:
+        """Write one summary; False where it was dropped (writing failed)."""
+        failed = self._failure.active
+        if failed and not self._failure.due():
+            self._failure.dropped += 1
+            return False
+        if failed and not self._reopen():
+            return False
+        try:
+            self._emit(summary, step)
+        except Exception as error:  # tracking never stops training
+            self._fail(error)
+            return False
+        if failed:
+            dropped = self._failure.end()
+            warnings.warn(
+                f"tandv_tb: writing numerics to {self._where!r} again; at least {dropped} "
+                "records were dropped while writing failed.",
+                WriteFailureWarning,
+                stacklevel=4,
+            )
+        return True
+
+    def _reopen(self) -> bool:
+        """Own writer: a new event file in place of the failed one. True where it opened."""
+        if self._kind != "own":
+            return True  # a user's writer is simply tried again
+        _abandon(self._events)
+        before = _own_empty_files(self._where)
+        try:
+            self._events = _event_file(self._where)
+        except Exception as error:
+            for path in _own_empty_files(self._where) - before:  # no litter of empty files
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            self._fail(error)
+            return False
+        return True
+
+    def _fail(self, error: Exception) -> None:
+        """A write failed (its record is dropped): warn where writing worked until now;
+        try again after ``RETRY_SECS``."""
+        self._described.clear()  # the next file (or the user's, repaired) needs metadata
+        if self._failure.start():
+            warnings.warn(
+                f"tandv_tb: could not write numerics to {self._where!r}: "
+                f"{type(error).__name__}: {error}. Training goes on; numerics are dropped "
+                f"until writing works again (tried every {RETRY_SECS} s).",
+                WriteFailureWarning,
+                stacklevel=5,
+            )
+
+    def _emit(self, summary: summary_pb2.Summary, step: int) -> None:
         if self._kind == "own":
             event = event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
             self._events.add_event(event)
@@ -218,14 +341,17 @@ class NumericsWriter:
         file_writer.add_summary(summary, step, time.time())
 
     def flush(self) -> None:
-        """Write everything recorded so far to disk."""
+        """Write everything recorded so far to disk (a failed writer warns, as at a write)."""
         with self._lock:
-            if self._closed:
+            if self._closed or self._failure.active:
                 return
-            if self._events is not None:
-                self._events.flush()
-            else:
-                self._user_writer.flush()
+            try:
+                if self._events is not None:
+                    self._events.flush()
+                else:
+                    self._user_writer.flush()
+            except Exception as error:  # tracking never stops training
+                self._fail(error)
 
     def close(self) -> None:
         """Flush and release the event file (a user's writer is flushed, not closed).
@@ -238,7 +364,16 @@ class NumericsWriter:
         if self._timer is not None:
             self._timer.stop()
         if self._events is not None:
-            self._events.close()
+            if self._failure.active:
+                _abandon(self._events)
+                return
+            try:
+                self._events.flush()  # raises what failed in the writer thread
+                self._events.close()
+            except Exception as error:  # the last records could not be written
+                _abandon(self._events)
+                with self._lock:
+                    self._fail(error)
         else:
             with contextlib.suppress(Exception):  # closed by its owner: it flushed then
                 self._user_writer.flush()

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import importlib.metadata
+import json
 import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tensorboard import context as tb_context
 from tensorboard import default as tb_default
 from tensorboard import program
@@ -69,6 +80,25 @@ def make_record(
         underflow=dict(casts),
         overflow={f: max(0, c - 1) for f, c in casts.items()},
     )
+
+
+def heatmap_values(body: dict) -> list[list[float | None]]:
+    """The heatmap's ``values`` matrix (base64, see http_api.md) as nested lists of floats,
+    None for a cell without data."""
+    matrix = body["values"]
+    assert set(matrix) == {"dtype", "shape", "data", "missing"}, matrix.keys()
+    rows, columns = matrix["shape"]
+    assert (rows, columns) == (len(body["layers"]), len(body["columns"]))
+    dtype = {"float32": "<f4", "float64": "<f8"}[matrix["dtype"]]
+    values = np.frombuffer(base64.b64decode(matrix["data"]), dtype).astype(np.float64)
+    assert values.size == rows * columns
+    missing = np.zeros(rows * columns, dtype=bool)
+    if matrix["missing"] is not None:
+        bits = np.frombuffer(base64.b64decode(matrix["missing"]), np.uint8)
+        missing = np.unpackbits(bits, bitorder="little")[: rows * columns].astype(bool)
+        assert missing.any() and np.isnan(values[missing]).all()
+    cells = [None if gone else value for value, gone in zip(values.tolist(), missing.tolist())]
+    return [cells[r * columns : (r + 1) * columns] for r in range(rows)]
 
 
 def stored(record: NumericsRecord) -> NumericsRecord:
@@ -203,3 +233,100 @@ class TensorBoardApp:
         stdin = getattr(self.ingester, "_stdin_handle", None)
         if stdin is not None:
             stdin.close()  # the data server was started with --die-after-stdin
+
+
+def _tensorboard_command() -> list[str]:
+    found = [
+        ep
+        for ep in importlib.metadata.entry_points(group="tensorboard_plugins")
+        if ep.name == "tandv"
+    ]
+    assert found, "the tensorboard_plugins entry point 'tandv' is not installed (pip install -e .)"
+    script = Path(sys.executable).with_name("tensorboard")
+    return [str(script)] if script.exists() else [shutil.which("tensorboard")]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class TensorBoardProcess:
+    """A ``tensorboard`` process on a free local port; ``get`` fetches a path and returns
+    (status, body, headers)."""
+
+    def __init__(self, logdir: Path, load_fast: str, *extra: str):
+        self.port = _free_port()
+        self.log = open(logdir.parent / f"tb_{load_fast}_{self.port}.log", "w+")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [
+                *_tensorboard_command(),
+                f"--logdir={logdir}",
+                "--host=127.0.0.1",
+                f"--port={self.port}",
+                f"--load_fast={load_fast}",
+                "--reload_interval=1",
+                *extra,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        )
+
+    def get(self, path: str, timeout: float = 30) -> tuple[int, bytes, dict]:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return response.status, response.read(), dict(response.headers)
+        except urllib.error.HTTPError as error:
+            return error.code, error.read(), dict(error.headers)
+
+    def json(self, path: str):
+        status, body, _ = self.get(path)
+        assert status == 200, (path, status, body[:500])
+        return json.loads(body)
+
+    def wait(self, predicate, what: str, timeout: float = 90):
+        deadline = time.time() + timeout
+        while True:
+            if self.process.poll() is not None:
+                self.log.seek(0)
+                pytest.fail(f"tensorboard exited: {self.log.read()[-3000:]}")
+            try:
+                result = predicate()
+                if result:
+                    return result
+            except (OSError, AssertionError, KeyError, ValueError):
+                pass
+            if time.time() > deadline:
+                self.log.seek(0)
+                pytest.fail(f"timed out waiting for {what}: {self.log.read()[-3000:]}")
+            time.sleep(0.3)
+
+    def rss_mib(self) -> dict[str, float]:
+        """Resident memory (MiB) of the tensorboard process and of its children (the data
+        server with ``--load_fast=true``)."""
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        kids = [int(p) for p in children.read_text().split()] if children.exists() else []
+        return {"tensorboard": _rss_mib(pid), "children": sum(_rss_mib(k) for k in kids)}
+
+    def close(self):
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()

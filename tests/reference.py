@@ -13,6 +13,7 @@ import numpy as np
 
 from tandv_tb.formats import numpy_dtype
 
+_LAST_PLACES = 2 * float(np.finfo(np.float64).smallest_subnormal)
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
@@ -125,3 +126,47 @@ def random_binades(dtype_name: str, size: int, binades: int = 60, seed: int = 0)
     values[rng.random(size) < 0.01] = 0.0
     with np.errstate(over="ignore"):
         return values.astype(dtype)
+
+
+# ------------------------------------------------- comparing the engine with the reference
+
+
+def torch_tensor(values: np.ndarray):
+    """``values`` (any float dtype torch also has) as a CPU torch tensor, bit for bit."""
+    import torch
+
+    name = values.dtype.name
+    if name in ("float64", "float32", "float16"):
+        return torch.from_numpy(values.copy())
+    uint = _UINT[values.dtype.itemsize]
+    return torch.from_numpy(values.view(uint).copy()).view(getattr(torch, name))
+
+
+def assert_matches(
+    stats, values: np.ndarray, formats, rtol: float, ref: dict | None = None
+) -> None:
+    """The engine's ``TensorStats`` of ``values`` equal the reference: counts, bins and casts
+    exactly, statistics within ``rtol`` (``mean`` relative to ``rm2``) plus two float64
+    subnormal steps: a statistic whose true value is subnormal in float64 (the mean of a few
+    tiny float64 values) cannot be closer than its rounding."""
+    from tandv_tb.formats import info
+    from tandv_tb.stats.record import STATISTICS
+
+    record = stats.to_record()
+    ref = ref or reference(values, formats)
+    for key in ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count"):
+        assert getattr(record, key) == ref[key], key
+    assert record.exponent_histogram() == ref["bins"]
+    dtype = info(values.dtype.name)
+    assert all(dtype.min_exponent <= n <= dtype.max_exponent for n in ref["bins"])
+    assert record.underflow == ref["underflow"]
+    assert record.overflow == ref["overflow"]
+    expected = ref["statistics"]
+    for key in STATISTICS:
+        got, want = record.statistics[key], expected[key]
+        if math.isnan(want):
+            assert math.isnan(got), key
+            continue
+        assert math.isfinite(got), key
+        scale = expected["rm2"] if key == "mean" else abs(want)
+        assert abs(got - want) <= rtol * scale + _LAST_PLACES, (key, got, want)

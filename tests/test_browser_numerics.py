@@ -7,14 +7,9 @@ Screenshots land in ``tests/artifacts/`` (git-ignored).
 
 from __future__ import annotations
 
-import contextlib
-import importlib.metadata
 import math
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,9 +22,15 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 
 from tandv_tb.frame import read_frame  # noqa: E402
 from tandv_tb.writer import NumericsWriter  # noqa: E402
+from tests.browser_helpers import (  # noqa: E402
+    ARTIFACTS,
+    TIMEOUT_MS,
+    Tab,
+    open_tab,
+    reopen,
+    serve,
+)
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).parent / "artifacts"
 HOSTILE = "<img src=x onerror=alert(1)>"
 LAYERS = (
     "embed",
@@ -45,12 +46,8 @@ SCALES = {"embed": 0, "blocks.0.attn": -7, "blocks.0.mlp": -2, "blocks.1.attn": 
 STEPS = tuple(range(0, 40, 2))
 RUNS = ("alpha", "beta")
 RECORDED = ("float8_e4m3fn",)
-TIMEOUT_MS = 20_000
 
-pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
-    pytest.mark.timeout(120),
-]
+pytestmark = pytest.mark.timeout(120)
 
 
 def _tensor(rng: np.random.Generator, run: str, layer: str, step: int) -> np.ndarray:
@@ -82,79 +79,11 @@ def write_logdir(root: Path, runs=RUNS, steps=STEPS) -> None:
         summary.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-_LAUNCHER = (
-    "import sys\n"
-    "from tensorboard import default, program\n"
-    "from tandv_tb.plugin import NumericsLoader\n"
-    "tb = program.TensorBoard(plugins=default.get_plugins() + [NumericsLoader])\n"
-    "tb.configure(argv=['tensorboard', *sys.argv[1:]])\n"
-    "sys.exit(tb.main())\n"
-)
-
-
-def _tensorboard_command() -> list[str]:
-    """``tensorboard`` itself when the plugin is installed (entry point), else the same
-    TensorBoard program given the plugin's loader explicitly."""
-    installed = any(
-        ep.name == "tandv" for ep in importlib.metadata.entry_points(group="tensorboard_plugins")
-    )
-    if installed:
-        return [sys.executable, "-m", "tensorboard.main"]
-    return [sys.executable, "-c", _LAUNCHER]
-
-
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("browser_logdir")
     write_logdir(root)
     return root
-
-
-@contextlib.contextmanager
-def serve(logdir: Path, wait_for: bytes) -> Iterator[str]:
-    """A ``tensorboard`` process over ``logdir`` on a free port, once its plugin answers
-    ``runs`` with ``wait_for`` in it; stopped afterwards."""
-    port = _free_port()
-    log_path = logdir.parent / f"tensorboard_{logdir.name}.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [
-                *_tensorboard_command(),
-                f"--logdir={logdir}",
-                f"--port={port}",
-                "--host=127.0.0.1",
-                "--reload_interval=1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{url}/data/plugin/tandv/runs", timeout=2) as r:
-                        if wait_for in r.read():
-                            break
-                except OSError:
-                    pass
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    raise RuntimeError(f"tensorboard did not start:\n{log_path.read_text()}")
-                time.sleep(0.25)
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 @pytest.fixture(scope="module")
@@ -163,103 +92,27 @@ def tensorboard(logdir: Path) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-            ],
-        )
-        yield chromium
-        chromium.close()
-
-
-class Tab:
-    """TensorBoard's page on the Numerics tab, its plugin frame, and what went wrong."""
-
-    def __init__(self, page, frame, problems: list[str]):
-        self.page = page
-        self.frame = frame
-        self.problems = problems
-
-    def ready(self, card: str) -> None:
-        self.frame.wait_for_selector(
-            f'[data-card="{card}"][data-state="ready"]:not(.tv-loading)', timeout=TIMEOUT_MS
-        )
-
-    def screenshot(self, name: str) -> None:
-        ARTIFACTS.mkdir(exist_ok=True)
-        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+class NumericsTab(Tab):
+    """The tab over this module's logdir (one heatmap column per recorded step)."""
 
     def click_cell(self, layer: str, step: int) -> None:
-        """Click the heatmap cell of ``layer`` at ``step`` (one column per recorded step)."""
+        """Click the heatmap cell of ``layer`` at ``step``."""
         heatmap = self.frame.locator(".tv-heatmap")
         rows = int(heatmap.get_attribute("data-rows"))
         columns = int(heatmap.get_attribute("data-columns"))
         assert columns == len(STEPS), "expected one column per recorded step"
-        label = self.frame.locator(f'.tv-row-label[data-kind="layer"][data-key="{_css(layer)}"]')
-        row = int(label.get_attribute("data-row"))
+        row = int(self.label(layer).get_attribute("data-row"))
         canvas = self.frame.locator("canvas.tv-heatmap-canvas")
         box = canvas.bounding_box()
         x = (STEPS.index(step) + 0.5) * box["width"] / columns
         y = (row + 0.5) * box["height"] / rows
         canvas.click(position={"x": x, "y": y})
 
-    def panel(self, layer: str, tensor_type: str = "Activation"):
-        return self.frame.locator(
-            f'.tv-hist-panel[data-layer="{_css(layer)}"][data-tensor-type="{tensor_type}"]'
-        )
-
     def bars(self, layer: str, run: str) -> dict[str, int]:
         """``{bin: count}`` of the drawn bars (bins, and zero/nan/+inf/-inf)."""
         rects = self.panel(layer).locator(f'rect.tv-bar[data-run="{run}"]')
         pairs = rects.evaluate_all("rs => rs.map(r => [r.dataset.bin, Number(r.dataset.count)])")
         return dict(pairs)
-
-
-def _css(text: str) -> str:
-    """``text`` escaped for a double-quoted CSS attribute value."""
-    return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def _watch(page, problems: list[str]) -> None:
-    """Record console errors, uncaught exceptions and dialogs of ``page`` in ``problems``."""
-    page.on(
-        "console",
-        lambda message: (
-            problems.append(f"console.{message.type}: {message.text}")
-            if message.type == "error"
-            else None
-        ),
-    )
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on(
-        "dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss())
-    )
-
-
-@contextlib.contextmanager
-def open_tab(browser, url: str, ready: str = '#tandv-numerics[data-state="ready"]'):
-    """A fresh browser context (no saved state) on TensorBoard's Numerics tab; fails if
-    the page logged an error, threw, or opened a dialog."""
-    context = browser.new_context(viewport={"width": 1600, "height": 1200})
-    page = context.new_page()
-    problems: list[str] = []
-    _watch(page, problems)
-    try:
-        page.goto(f"{url}/#tandv")
-        frame = page.wait_for_selector("iframe", timeout=TIMEOUT_MS).content_frame()
-        frame.wait_for_selector(ready, timeout=TIMEOUT_MS)
-        yield Tab(page, frame, problems)
-    finally:
-        context.close()
-    assert problems == [], "the page reported problems"
 
 
 @pytest.fixture(scope="module")
@@ -270,19 +123,11 @@ def session(browser, tensorboard):
 
 
 @pytest.fixture
-def tab(session) -> Iterator[Tab]:
+def tab(session) -> Iterator[NumericsTab]:
     """The Numerics tab afresh: saved state cleared and the plugin's frame reloaded."""
-    page, problems = session.page, session.problems
-    problems.clear()
-    page.evaluate("document.body.classList.remove('dark-mode')")
-    frame = page.wait_for_selector("iframe", timeout=TIMEOUT_MS).content_frame()
-    frame.evaluate("localStorage.clear()")
-    frame.goto(frame.url.split("#")[0])
-    frame.wait_for_selector('#tandv-numerics[data-state="ready"]', timeout=TIMEOUT_MS)
-    opened = Tab(page, frame, problems)
-    opened.ready("heatmap")
-    yield opened
-    assert problems == [], "the page reported problems"
+    opened = reopen(session)
+    yield NumericsTab(opened.page, opened.frame, opened.problems)
+    assert session.problems == [], f"the page reported problems: {session.problems}"
 
 
 def _frame_row(logdir: Path, run: str, layer: str, step: int, tensor_type="Activation", **kw):
@@ -423,7 +268,7 @@ def test_clicking_the_loss_chart_moves_the_histogram_step(tab):
 
 
 def test_hostile_layer_name_is_only_text(tab):
-    label = tab.frame.locator(f'.tv-row-label[data-key="{_css(HOSTILE)}"]')
+    label = tab.label(HOSTILE)
     assert label.inner_text() == HOSTILE
     tab.click_cell(HOSTILE, 8)
     panel = tab.panel(HOSTILE)

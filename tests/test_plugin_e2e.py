@@ -2,42 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tandv_tb.writer import NumericsWriter
-from tests.plugin_helpers import make_record
+from tests.plugin_helpers import TensorBoardProcess, make_record
 
 LONG_STEPS = 1000
-
-
-def _tensorboard_command() -> list[str]:
-    found = [
-        ep
-        for ep in importlib.metadata.entry_points(group="tensorboard_plugins")
-        if ep.name == "tandv"
-    ]
-    assert found, "the tensorboard_plugins entry point 'tandv' is not installed (pip install -e .)"
-    script = Path(sys.executable).with_name("tensorboard")
-    return [str(script)] if script.exists() else [shutil.which("tensorboard")]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _write(run_dir: Path, steps: range, layers: int, seed: int) -> None:
@@ -60,72 +33,12 @@ def logdir(tmp_path_factory):
     return root
 
 
-class Server:
-    """A ``tensorboard`` process; ``get`` fetches a path and returns (status, body)."""
-
-    def __init__(self, logdir: Path, load_fast: str):
-        self.port = _free_port()
-        self.log = open(logdir.parent / f"tb_{load_fast}_{self.port}.log", "w+")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [
-                *_tensorboard_command(),
-                f"--logdir={logdir}",
-                "--host=127.0.0.1",
-                f"--port={self.port}",
-                f"--load_fast={load_fast}",
-                "--reload_interval=1",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        )
-
-    def get(self, path: str, timeout: float = 30) -> tuple[int, bytes, dict]:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                return response.status, response.read(), dict(response.headers)
-        except urllib.error.HTTPError as error:
-            return error.code, error.read(), dict(error.headers)
-
-    def json(self, path: str):
-        status, body, _ = self.get(path)
-        assert status == 200, (path, status, body[:500])
-        return json.loads(body)
-
-    def wait(self, predicate, what: str, timeout: float = 90):
-        deadline = time.time() + timeout
-        while True:
-            if self.process.poll() is not None:
-                self.log.seek(0)
-                pytest.fail(f"tensorboard exited: {self.log.read()[-3000:]}")
-            try:
-                result = predicate()
-                if result:
-                    return result
-            except (OSError, AssertionError, KeyError, ValueError):
-                pass
-            if time.time() > deadline:
-                self.log.seek(0)
-                pytest.fail(f"timed out waiting for {what}: {self.log.read()[-3000:]}")
-            time.sleep(0.3)
-
-    def close(self):
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
-
-
 P = "/data/plugin/tandv/"
 
 
 @pytest.mark.parametrize("load_fast", ["true", "false"])
 def test_tensorboard_serves_the_numerics_tab(logdir, load_fast):
-    server = Server(logdir, load_fast)
+    server = TensorBoardProcess(logdir, load_fast)
     try:
         listing = server.wait(
             lambda: (

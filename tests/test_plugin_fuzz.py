@@ -1,14 +1,18 @@
-"""Random and malformed query strings over every route: never a 5xx, always JSON errors."""
+"""Random and malformed query strings over every route: never a 5xx, always JSON errors;
+through TensorBoard's WSGI app, then through a real ``tensorboard`` process under concurrent
+clients, with its memory sampled."""
 
 from __future__ import annotations
 
 import random
+import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tandv_tb.plugin.plugin import CSV_ROUTES, PLAIN_ROUTES, RUN_ROUTES
-from tests.plugin_helpers import LAYERS, TYPES, TensorBoardApp, write_logdir
+from tests.plugin_helpers import LAYERS, TYPES, TensorBoardApp, TensorBoardProcess, write_logdir
 
 REQUESTS = 2400
 ROUTES = [*RUN_ROUTES, *PLAIN_ROUTES, *CSV_ROUTES, "static/index.js", "static/", "nothing"]
@@ -36,6 +40,9 @@ JUNK = [
     "null", "[]", "{}", "'", '"', "<script>", "../..", "%", "%zz", "%00", "\x00", "\u2603",
     "(", "[a-", "a" * 2000, "(a+)+$", "float8", "int8", "float128", "S5", "O", "V8",
     "Activation/embed", "tandv/Activation/embed", "ALPHA", "alpha/", "/alpha",
+    "<img src=x onerror=alert(1)>", "</script><script>alert(1)</script>", "\"quoted\"",
+    "it's", "..", "../../etc/passwd", "..\\..\\x", "é" * 1000, "\U0001d518\u202e\ufeff",
+    "-99999999999999999999", "-0", "+5", "1" * 400, "2147483648", "9223372036854775808",
 ]  # fmt: skip
 RAW = [
     "%", "%%", "%zz", "&&&", "=", "==", "run", "run=", "run=%ff%fe", "run[]=alpha",
@@ -129,3 +136,68 @@ def test_the_bundle_is_served(app):
     assert response.status_code == 200
     assert response.headers["Content-Type"] == "text/javascript; charset=utf-8"
     assert b"render" in response.get_data()
+
+
+# -- a real tensorboard process ----------------------------------------------------------
+PROCESS_REQUESTS = 5000
+CLIENTS = 4
+REQUEST_TIMEOUT = 20.0
+#: Allowed RSS growth (MiB) from after the warm-up to the end: the result cache keeps the
+#: answers of distinct queries (bounded by its budget); a leak per request would exceed it.
+RSS_SLACK_MIB = {"tensorboard": 30.0, "children": 10.0}
+
+
+def _paths(rng: random.Random, count: int) -> list[str]:
+    paths = []
+    for _ in range(count):
+        route = rng.choice(ROUTES)
+        paths.append(f"/data/plugin/tandv/{route}?{_query(rng)}")
+    return paths
+
+
+def _fetch(server: TensorBoardProcess, path: str) -> tuple[str, int]:
+    """(path, status); status -1: no answer in time, -2: a 4xx error that is not JSON."""
+    try:
+        status, _, headers = server.get(path, timeout=REQUEST_TIMEOUT)
+    except OSError:  # a timeout or a dropped connection
+        return path, -1
+    if 400 <= status < 500 and not headers.get("Content-Type", "").startswith("application/json"):
+        return path, -2
+    return path, status
+
+
+def _run(server: TensorBoardProcess, paths: list[str]) -> dict[int, int]:
+    statuses: dict[int, int] = {}
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        for path, status in pool.map(lambda p: _fetch(server, p), paths):
+            statuses[status] = statuses.get(status, 0) + 1
+            assert status != -1, f"no answer within {REQUEST_TIMEOUT} s: {path}"
+            assert status != -2, f"an error that is not JSON: {path}"
+            assert status < 500, (status, path)
+    return statuses
+
+
+def test_a_real_tensorboard_survives_concurrent_hostile_requests(tmp_path):
+    write_logdir(tmp_path / "logdir", steps=12)
+    server = TensorBoardProcess(tmp_path / "logdir", "true")
+    try:
+        server.wait(lambda: len(server.json("/data/plugin/tandv/runs")["runs"]) == 2, "runs")
+        rng = random.Random(99)
+        _run(server, _paths(rng, 600))  # warm-up: caches, thread pools, lazy imports
+        before = server.rss_mib()
+        start = time.perf_counter()
+        statuses = _run(server, _paths(rng, PROCESS_REQUESTS))
+        seconds = time.perf_counter() - start
+        after = server.rss_mib()
+        print(
+            f"{PROCESS_REQUESTS} requests in {seconds:.1f} s; statuses {statuses}; "
+            f"RSS MiB before {before}, after {after}"
+        )
+        assert server.process.poll() is None
+        assert statuses.get(200, 0) > PROCESS_REQUESTS // 10, statuses
+        assert statuses.get(400, 0) > PROCESS_REQUESTS // 10, statuses
+        assert before["children"] > 0  # the data server was measured
+        for name, slack in RSS_SLACK_MIB.items():
+            assert after[name] - before[name] <= slack, (name, before, after)
+    finally:
+        server.close()

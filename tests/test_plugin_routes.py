@@ -15,7 +15,15 @@ from tensorboard import program
 from tandv_tb import formats as fmt
 from tandv_tb.frame import read_frame
 from tandv_tb.plugin import DEFAULT_SAMPLES
-from tests.plugin_helpers import LAYERS, TYPES, TensorBoardApp, plugin_loaders, write_logdir
+from tests.plugin_helpers import (
+    LAYERS,
+    PREFIX,
+    TYPES,
+    TensorBoardApp,
+    heatmap_values,
+    plugin_loaders,
+    write_logdir,
+)
 
 STEPS = 40
 
@@ -57,6 +65,11 @@ def _same(a, b) -> bool:
     if a is None or b is None:
         return a is b
     return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _as_sent(body: dict, value: float) -> float:
+    """``value`` as the heatmap sends it: rounded to float32 unless the body is float64."""
+    return value if body["values"]["dtype"] == "float64" else float(np.float32(value))
 
 
 # -- metadata routes ---------------------------------------------------------------------
@@ -195,10 +208,11 @@ def test_full_heatmap_equals_read_frame(tb, frame, logdir, metric):
     assert body["reduce"] == "max" and body["total_steps"] == STEPS
     assert [c["step"] for c in body["columns"]] == list(range(STEPS))
     assert [layer["layer"] for layer in body["layers"]] == list(LAYERS)
-    for layer, values in zip(body["layers"], body["values"]):
+    for layer, values in zip(body["layers"], heatmap_values(body)):
         for step, value in enumerate(values):
             row = _row(frame, "alpha", "Activation", layer["layer"], step)
-            assert _same(value, _metric_value(row, metric)), (layer, step, metric)
+            expected = _as_sent(body, _metric_value(row, metric))
+            assert _same(value, expected), (layer, step, metric)
 
 
 @pytest.mark.parametrize("how", ["max", "min", "mean", "last"])
@@ -221,7 +235,7 @@ def test_heatmap_downsampling(tb, frame, how):
         (g[0], g[-1]) for g in groups
     ]
     reduce = {"max": np.max, "min": np.min, "mean": np.mean, "last": lambda v: v[-1]}[how]
-    for layer, values in zip(body["layers"], body["values"]):
+    for layer, values in zip(body["layers"], heatmap_values(body)):
         for group, value in zip(groups, values):
             cells = [
                 float(
@@ -229,7 +243,8 @@ def test_heatmap_downsampling(tb, frame, how):
                 )
                 for s in group
             ]
-            assert _same(value, float(reduce(np.array(cells)))), (layer, group, how)
+            expected = _as_sent(body, float(reduce(np.array(cells))))
+            assert _same(value, expected), (layer, group, how)
 
 
 def test_heatmap_missing_cells_are_null_and_layer_filters(tb):
@@ -245,6 +260,7 @@ def test_heatmap_missing_cells_are_null_and_layer_filters(tb):
     )
     assert [layer["layer"] for layer in body["layers"]] == ["blocks.0.attn", "blocks.0.mlp"]
     assert body["total_steps"] == 2
+    assert body["values"]["missing"] is None  # every layer holds both steps
     named = tb.json(
         "heatmap",
         run="alpha",
@@ -272,7 +288,7 @@ def test_heatmap_format_metrics(tb, frame):
         format="float4_e2m1fn",
     )
     assert estimated["exact"] == [False] * len(LAYERS)
-    numbers = [_number(v) for row in estimated["values"] for v in row]
+    numbers = [_number(v) for row in heatmap_values(estimated) for v in row]
     assert all(math.isnan(v) or 0 <= v <= 1 for v in numbers)
     assert any(v > 0 for v in numbers if not math.isnan(v))
 
@@ -328,7 +344,7 @@ def test_csv_routes_hold_the_json_data(tb):
     body = tb.json("heatmap", **params)
     table = _csv(tb, "heatmap.csv", **params)
     assert table[0] == ["layer", *(str(c["first_step"]) for c in body["columns"])]
-    for row, layer, values in zip(table[1:], body["layers"], body["values"]):
+    for row, layer, values in zip(table[1:], body["layers"], heatmap_values(body)):
         assert row[0] == layer["layer"]
         assert [float(v) for v in row[1:]] == pytest.approx(
             [_number(v) for v in values], nan_ok=True
@@ -468,3 +484,18 @@ def test_samples_per_plugin_default_and_user_flag(tmp_path):
     tb = program.TensorBoard(plugins=plugin_loaders())
     tb.configure(argv=["tensorboard", f"--logdir={tmp_path}", "--samples_per_plugin=tandv=5"])
     assert tb.flags.samples_per_plugin["tandv"] == 5
+
+
+def test_the_heatmap_is_sent_without_gzip_and_other_json_with_it(tb):
+    gzip = {"Accept-Encoding": "gzip"}
+    params = {"run": "alpha", "tensor_type": "Activation", "metric": "mean"}
+    heat = tb.client.get(PREFIX + "heatmap", query_string=params, headers=gzip)
+    assert heat.status_code == 200 and "Content-Encoding" not in heat.headers
+    assert heat.headers["Content-Type"] == "application/json"
+    assert heat.headers["X-Content-Type-Options"] == "nosniff"
+    assert heat.headers["Cache-Control"] == "no-cache, must-revalidate"
+    assert heat.get_json()["values"]["dtype"] == "float32"
+    head = tb.client.head(PREFIX + "heatmap", query_string=params)
+    assert head.status_code == 200 and head.get_data() == b""
+    layers = tb.client.get(PREFIX + "layers", query_string=params, headers=gzip)
+    assert layers.headers["Content-Encoding"] == "gzip"

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from tandv_tb import formats as fmt
-from tandv_tb.stats import STATISTICS, engine
+from tandv_tb.stats import engine
 from tandv_tb.stats._array_kernel import TorchOps, compute_arrays
 from tandv_tb.stats.record import TensorStats
-from tests.reference import crafted, random_binades, reference
+from tests.reference import assert_matches, crafted, random_binades, reference, torch_tensor
 
 DTYPES = ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
 FORMATS = (
@@ -35,23 +35,15 @@ FORMATS = (
 SOURCES = ["numpy", "torch", "torch-device-kernel", "jax", "jax-jit"]
 
 
-def _torch_tensor(values: np.ndarray) -> torch.Tensor:
-    name = values.dtype.name
-    if name in ("float64", "float32", "float16"):
-        return torch.from_numpy(values.copy())
-    uint = {1: np.uint8, 2: np.uint16}[values.dtype.itemsize]
-    return torch.from_numpy(values.view(uint).copy()).view(getattr(torch, name))
-
-
 def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
     dtype = values.dtype.name
     if source == "numpy":
         return engine.tensor_stats(values, formats)
     if source == "torch":
-        return engine.tensor_stats(_torch_tensor(values), formats)
+        return engine.tensor_stats(torch_tensor(values), formats)
     if source == "torch-device-kernel":
         wide = torch.float64 if dtype == "float64" else torch.float32
-        flat = _torch_tensor(values).reshape(-1).to(wide)
+        flat = torch_tensor(values).reshape(-1).to(wide)
         counts, moments = compute_arrays(TorchOps(), flat, dtype, formats)
         return TensorStats.unpack(dtype, formats, counts.numpy(), moments.numpy())
     if source == "jax":
@@ -74,29 +66,6 @@ def _jitted(formats):
 def _float32_sums(source: str, dtype: str) -> bool:
     """Sources whose moments are summed in float32 (the array kernel on float32 data)."""
     return source in ("torch-device-kernel", "jax-jit") and dtype != "float64"
-
-
-def assert_matches(
-    stats: TensorStats, values: np.ndarray, formats, rtol: float, ref: dict | None = None
-) -> None:
-    record = stats.to_record()
-    ref = ref or reference(values, formats)
-    for key in ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count"):
-        assert getattr(record, key) == ref[key], key
-    assert record.exponent_histogram() == ref["bins"]
-    info = fmt.info(values.dtype.name)
-    assert all(info.min_exponent <= n <= info.max_exponent for n in ref["bins"])
-    assert record.underflow == ref["underflow"]
-    assert record.overflow == ref["overflow"]
-    expected = ref["statistics"]
-    for key in STATISTICS:
-        got, want = record.statistics[key], expected[key]
-        if math.isnan(want):
-            assert math.isnan(got), key
-            continue
-        assert math.isfinite(got), key
-        scale = expected["rm2"] if key == "mean" else abs(want)
-        assert abs(got - want) <= rtol * scale, (key, got, want)
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -264,7 +233,7 @@ def test_flush_denormal_mode_does_not_hide_subnormals():
     values = crafted("float32")
     torch.set_flush_denormal(True)
     try:
-        stats = engine.tensor_stats(_torch_tensor(values), FORMATS).to_record()
+        stats = engine.tensor_stats(torch_tensor(values), FORMATS).to_record()
     finally:
         torch.set_flush_denormal(False)
     ref = reference(values, FORMATS)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
-from tensorboard.compat.proto import summary_pb2
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 from tensorboard.util import tensor_util
 
 from tandv_tb import metadata, summary
@@ -27,7 +28,7 @@ def test_metadata_round_trip_and_shape():
     content = meta.plugin_data.content
     assert b" " not in content  # compact JSON
     assert json.loads(content) == {
-        "version": 1,
+        "version": metadata.PLUGIN_DATA_VERSION,
         "name": "layers.0.attn.wq",
         "tensor_type": "Activation",
         "module_type": "Linear",
@@ -39,9 +40,16 @@ def test_metadata_round_trip_and_shape():
 
 
 def test_newer_version_is_refused_clearly():
-    content = json.dumps({**json.loads(INFO.to_metadata().plugin_data.content), "version": 2})
-    with pytest.raises(UnsupportedVersion, match="version 2.*upgrade tandv_tb"):
+    newer = metadata.PLUGIN_DATA_VERSION + 1
+    content = json.dumps({**json.loads(INFO.to_metadata().plugin_data.content), "version": newer})
+    with pytest.raises(UnsupportedVersion, match=f"version {newer}.*upgrade tandv_tb"):
         metadata.parse_plugin_metadata(content.encode())
+
+
+def test_version_1_metadata_is_still_read():
+    content = json.loads(INFO.to_metadata().plugin_data.content)
+    old = metadata.parse_plugin_metadata(json.dumps({**content, "version": 1}).encode())
+    assert old == dataclasses.replace(INFO, version=1)
 
 
 @pytest.mark.parametrize(
@@ -128,15 +136,61 @@ def test_layout_is_as_documented():
     assert encoded.tolist() == [3, 20, 2, 1, 1, 1, 1097, 3, 4, 0, 11, 5, 6] + [one] * 9
 
 
-def test_numerics_summary_holds_metadata_and_a_1d_int64_tensor():
+def test_numerics_summary_holds_metadata_and_1d_varint_bytes():
     record = record_of(random_binades("float32", 100), INFO.formats)
     proto = summary.numerics_summary(INFO, record)
     (value,) = proto.value
     assert value.tag == "tandv/Activation/layers.0.attn.wq"
     assert value.metadata.plugin_data.plugin_name == "tandv"
+    assert value.tensor.dtype == types_pb2.DT_UINT8 and not value.tensor.int64_val
     array = tensor_util.make_ndarray(value.tensor)
-    assert array.dtype == np.int64 and array.ndim == 1
+    assert array.dtype == np.uint8 and array.ndim == 1
     assert summary.decode_tensor(array, INFO) == stored(record)
+    vector = summary.encode_record(record, INFO.formats)
+    assert np.array_equal(summary.decode_varints(array), vector)
+
+
+def test_version_1_tensors_are_still_read():
+    record = record_of(random_binades("bfloat16", 100), INFO.formats)
+    vector = summary.encode_record(record, INFO.formats)
+    old = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT64, int64_val=vector.tolist())
+    old.tensor_shape.dim.add(size=len(vector))
+    info = dataclasses.replace(INFO, version=1)
+    assert summary.decode_tensor(tensor_util.make_ndarray(old), info) == stored(record)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [0], [127, 128, 16383, 16384], [-1, -(2**63), 2**63 - 1, 1, -2]],
+    ids=["empty", "zero", "byte-edges", "extremes"],
+)
+def test_varints_round_trip(values):
+    vector = np.array(values, dtype=np.int64)
+    data = summary.encode_varints(vector)
+    assert len(data) >= len(values)
+    decoded = summary.decode_varints(np.frombuffer(data, np.uint8))
+    assert decoded.dtype == np.int64 and decoded.tolist() == values
+
+
+def test_varints_match_protobuf_and_random_values_round_trip():
+    rng = np.random.default_rng(3)
+    vector = rng.integers(-(2**63), 2**63 - 1, 500, dtype=np.int64) >> rng.integers(0, 63, 500)
+    data = summary.encode_varints(vector)
+    packed = tensor_pb2.TensorProto(uint64_val=vector.view(np.uint64).tolist())
+    assert packed.SerializeToString().endswith(data)
+    assert np.array_equal(summary.decode_varints(np.frombuffer(data, np.uint8)), vector)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [(b"\x05\x80", "cut off"), (b"\x80" * 10 + b"\x01", "longer than 10 bytes")],
+)
+def test_damaged_varints_are_a_value_error(data, message):
+    with pytest.raises(ValueError, match=message):
+        summary.decode_varints(np.frombuffer(data, np.uint8))
+    record = np.frombuffer(summary.encode_varints(np.arange(30)) + data, np.uint8)
+    with pytest.raises(ValueError, match=message):
+        summary.decode_tensor(record, TagInfo("x", "Weight"))
 
 
 def test_encode_refuses_mismatched_formats_and_unknown_dtypes():

@@ -45,6 +45,7 @@ class LayerSeries:
     bins_lo: np.ndarray  # int64[S]
     bin_starts: np.ndarray  # int64[S + 1], rows' slices of ``bins``
     bins: np.ndarray  # int64[sum of n_bins]: the non-empty bin ranges, concatenated
+    skipped_steps: int = 0  # stored steps left out as malformed
 
     @property
     def formats(self) -> tuple[str, ...]:
@@ -162,6 +163,7 @@ def decode_series(raw: RawSeries, tag_info: metadata.TagInfo) -> LayerSeries:
         bins_lo=bins_lo,
         bin_starts=bin_starts,
         bins=bins,
+        skipped_steps=malformed,
     )
 
 

@@ -23,7 +23,9 @@ class NotFound(RequestError):
         super().__init__(message, 404)
 
 
-MAX_TEXT = 1000
+#: Longest accepted text parameter: layer names are module paths, so a 1,000-character
+#: module key inside containers makes a name longer than 1,000 characters.
+MAX_TEXT = 10_000
 MAX_STEP = 2**62
 
 

@@ -15,7 +15,13 @@ from werkzeug import wrappers
 from tandv_tb import metadata
 from tandv_tb.plugin import csv_views, views
 from tandv_tb.plugin.params import NotFound, Params, RequestError
-from tandv_tb.plugin.responses import JSON_TYPE, csv_response, dumps, error_response
+from tandv_tb.plugin.responses import (
+    JSON_TYPE,
+    csv_response,
+    dumps,
+    error_response,
+    uncompressed_json_response,
+)
 from tandv_tb.plugin.static_files import static_file
 from tandv_tb.plugin.store import NumericsStore
 
@@ -43,6 +49,8 @@ CSV_ROUTES = {
     "series.csv": ("series", csv_views.series_csv),
     "scalars.csv": ("scalars", csv_views.scalars_csv),
 }
+#: JSON routes whose body is mostly base64 (``responses.Matrix``): sent without gzip.
+UNCOMPRESSED_ROUTES = {"heatmap"}
 ES_MODULE_PATH = "/static/index.js"
 
 
@@ -115,6 +123,8 @@ class NumericsPlugin(base_plugin.TBPlugin):
         else:
             payload = PLAIN_ROUTES[json_route](query)
             body = to_csv(payload) if to_csv else dumps(payload)
+        if to_csv is None and route in UNCOMPRESSED_ROUTES:
+            return uncompressed_json_response(body)
         if to_csv is None:
             return http_util.Respond(request, body, JSON_TYPE)
         return csv_response(request, body, route.replace(".csv", "") + ".csv")

@@ -4,9 +4,12 @@ The provider's public ``read_tensors`` turns each step into an ndarray with
 ``tensor_util.make_ndarray``, tens of microseconds a step: 200 layers x 1,000 steps take
 many seconds. With TensorBoard's data server (``--load_fast``, the default loader) the same
 ``ReadTensors`` request is sent on the provider's own gRPC stub (in chunks, in parallel)
-and the ``int64_val`` of all steps are gathered in one pass, several times faster. Any
-other provider (the Python loader) or an unexpected stub goes through the public API. Both
-give the same ``RawSeries``; ``tests/test_plugin_reading.py`` checks that.
+and the stored vectors of all steps are gathered in one pass (the varint bytes of plugin
+data version 2 joined and decoded at once, or the ``int64_val`` of version 1), several times
+faster. With the Python loader each tag's events are read from its multiplexer (what its
+``read_tensors`` reads), so that one damaged step cannot fail the whole read; any other
+provider goes through the public API. All give the same ``RawSeries``;
+``tests/test_plugin_reading.py`` checks that.
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from tensorboard.compat.proto import types_pb2
 from tensorboard.data import provider as tb_provider
 from tensorboard.util import tensor_util
+
+from tandv_tb.summary import decode_varints, stored_vector
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +38,8 @@ GRPC_THREADS = 3
 @dataclasses.dataclass
 class RawSeries:
     """The stored steps of one tag: value i is ``flat[offsets[i]:offsets[i] + lengths[i]]``;
-    ``lengths[i] == -1`` marks a value that is not a 1-D integer vector."""
+    ``lengths[i] == -1`` marks a value that is not a stored vector (not a 1-D integer vector,
+    or broken varint bytes)."""
 
     steps: np.ndarray  # int64[S]
     wall_times: np.ndarray  # float64[S]
@@ -48,6 +55,15 @@ def read_raw(provider, ctx, experiment_id: str, plugin_name: str, run: str, tags
             return _read_grpc(stub, experiment_id, plugin_name, run, tags)
         except Exception as error:  # an unexpected stub or TensorBoard version
             logger.warning("fast tensor read failed (%s); using read_tensors", error)
+    if hasattr(getattr(provider, "_multiplexer", None), "Tensors"):  # the Python loader
+        found = {}
+        for tag in tags:
+            found.update(_read_events(provider, run, tag))
+        return found
+    return _read_public(provider, ctx, experiment_id, plugin_name, run, tags)
+
+
+def _read_public(provider, ctx, experiment_id: str, plugin_name: str, run: str, tags: list[str]):
     data = provider.read_tensors(
         ctx,
         experiment_id=experiment_id,
@@ -63,16 +79,46 @@ def read_raw(provider, ctx, experiment_id: str, plugin_name: str, run: str, tags
     }
 
 
+def _read_events(provider, run: str, tag: str) -> dict:
+    """One tag's steps from the Python loader's multiplexer (what its ``read_tensors`` reads),
+    one guarded ``make_ndarray`` each, so that a damaged step is left out alone instead of
+    failing the whole read; ``{}`` when the multiplexer does not hold the tag."""
+    try:
+        events = provider._multiplexer.Tensors(run, tag)
+    except KeyError:
+        return {}
+    steps, wall_times, arrays = [], [], []
+    for event in events:
+        steps.append(event.step)
+        wall_times.append(event.wall_time)
+        arrays.append(_ndarray(event.tensor_proto))
+    return {tag: from_arrays(steps, wall_times, arrays)}
+
+
+def _ndarray(tensor) -> np.ndarray:
+    """``make_ndarray``, or an empty 2-D array (not a stored vector) for a step it refuses
+    or whose shape no stored vector has (refused before ``make_ndarray`` could allocate a
+    huge array for a damaged shape)."""
+    dims = [d.size for d in tensor.tensor_shape.dim]
+    if len(dims) != 1 or not 0 <= dims[0] <= max(tensor.ByteSize(), 1):
+        return np.zeros((0, 0))
+    try:
+        return tensor_util.make_ndarray(tensor)
+    except (ValueError, TypeError):  # a shape that does not match the content
+        return np.zeros((0, 0))
+
+
 def from_arrays(steps: list[int], wall_times: list[float], arrays: list) -> RawSeries:
-    """A ``RawSeries`` from one ndarray per step."""
+    """A ``RawSeries`` from one ndarray per step (``summary.stored_vector`` of each)."""
     lengths, parts = [], []
     for array in arrays:
-        array = np.asarray(array)
-        if array.ndim == 1 and array.dtype.kind in "iu":
-            lengths.append(array.size)
-            parts.append(array.astype(np.int64, copy=False))
-        else:
+        try:
+            vector = stored_vector(array)
+        except ValueError:
             lengths.append(-1)
+            continue
+        lengths.append(vector.size)
+        parts.append(vector)
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     return RawSeries(
         np.asarray(steps, dtype=np.int64),
@@ -120,18 +166,54 @@ def _read_chunk(stub, experiment_id: str, plugin_name: str, run: str, tags: list
 
 
 def _gather(steps, wall_times, values) -> RawSeries:
-    """Flatten the ``int64_val`` of all steps in one pass. tandv_tb writes nothing else; a
-    step without ``int64_val`` (another encoding) goes through ``make_ndarray`` instead."""
-    lengths = np.fromiter((len(v.int64_val) for v in values), np.int64, len(values))
-    if not lengths.all():
-        arrays = [tensor_util.make_ndarray(v) for v in values]
-        return from_arrays(list(steps), list(wall_times), arrays)
-    flat = np.fromiter(
-        itertools.chain.from_iterable(v.int64_val for v in values), np.int64, int(lengths.sum())
-    )
+    """The stored vectors of all steps in one pass: the varint bytes (version 2) joined and
+    decoded at once, or the ``int64_val`` (version 1) chained. Anything else (a mix, another
+    encoding, damaged bytes) goes step by step through ``make_ndarray``."""
+    if all(v.dtype == types_pb2.DT_UINT8 and v.tensor_content for v in values):
+        found = _gather_varints(steps, wall_times, values)
+        if found is not None:
+            return found
+    elif all(
+        v.dtype == types_pb2.DT_INT64
+        and v.int64_val
+        and len(v.tensor_shape.dim) == 1
+        and v.tensor_shape.dim[0].size == len(v.int64_val)
+        for v in values
+    ):
+        lengths = np.fromiter((len(v.int64_val) for v in values), np.int64, len(values))
+        flat = np.fromiter(
+            itertools.chain.from_iterable(v.int64_val for v in values),
+            np.int64,
+            int(lengths.sum()),
+        )
+        return _raw(steps, wall_times, lengths, flat)
+    arrays = [_ndarray(value) for value in values]
+    return from_arrays(list(steps), list(wall_times), arrays)
+
+
+def _gather_varints(steps, wall_times, values) -> RawSeries | None:
+    """Decode the joined varint bytes of all steps; None if a step's bytes are damaged
+    (its last varint cut off, a shape that does not match), for the step-by-step path."""
+    sizes = np.fromiter((len(v.tensor_content) for v in values), np.int64, len(values))
+    shapes = [v.tensor_shape.dim for v in values]
+    if any(len(dims) != 1 or dims[0].size != size for dims, size in zip(shapes, sizes)):
+        return None
+    data = np.frombuffer(b"".join(v.tensor_content for v in values), np.uint8)
+    ends = data < 0x80
+    if not ends[np.cumsum(sizes) - 1].all():
+        return None
+    try:
+        flat = decode_varints(data)
+    except ValueError:
+        return None
+    counted = np.concatenate(([0], np.cumsum(ends)))[np.concatenate(([0], np.cumsum(sizes)))]
+    return _raw(steps, wall_times, np.diff(counted), flat)
+
+
+def _raw(steps, wall_times, lengths: np.ndarray, flat: np.ndarray) -> RawSeries:
     return RawSeries(
         np.asarray(steps, dtype=np.int64),
         np.asarray(wall_times, dtype=np.float64),
-        lengths,
+        lengths.astype(np.int64),
         flat,
     )

@@ -60,6 +60,7 @@ class RunIndex:
 
     run: str
     entries: dict[tuple[str, str], TagEntry]  # (tensor_type, name) -> entry
+    skipped: tuple[tuple[str, str], ...] = ()  # (tag, reason) of the tags left out
 
     @property
     def fingerprint(self) -> frozenset:
@@ -133,7 +134,7 @@ class NumericsStore:
         self._listings: dict[tuple, tuple[float, object]] = {}
         self._listings_lock = threading.Lock()
         self._plugin_name = plugin_name
-        self._infos: dict[bytes, metadata.TagInfo | None] = {}
+        self._infos: dict[bytes, tuple[metadata.TagInfo | None, str]] = {}
         self._series = _LRU(series_budget, lambda item: item[1].nbytes())
         self._results = _LRU(result_budget, lambda item: _result_size(item[1]))
         self._load_locks: dict[tuple[str, str], threading.Lock] = collections.defaultdict(
@@ -150,7 +151,9 @@ class NumericsStore:
                 ctx, experiment_id=experiment_id, plugin_name=self._plugin_name
             )
             runs = {run: self._index(run, tags) for run, tags in listing.items()}
-            return {run: index for run, index in sorted(runs.items()) if index.entries}
+            return {
+                run: index for run, index in sorted(runs.items()) if index.entries or index.skipped
+            }
 
         return self._listed((experiment_id, None), build)
 
@@ -168,7 +171,8 @@ class NumericsStore:
 
         index = self._listed((experiment_id, run), build)
         if not index.entries:
-            raise NotFound(f"no run {run!r} with numerics")
+            reasons = "".join(f"; skipped {tag!r}: {why}" for tag, why in index.skipped[:3])
+            raise NotFound(f"no run {run!r} with numerics{reasons}")
         return index
 
     def _listed(self, key: tuple, build: Callable[[], object]):
@@ -187,22 +191,29 @@ class NumericsStore:
 
     def _index(self, run: str, tags: dict) -> RunIndex:
         entries: dict[tuple[str, str], TagEntry] = {}
+        skipped = []
         for tag in sorted(tags):
             series = tags[tag]
-            info = self._tag_info(series.plugin_content, run, tag)
+            info, reason = self._tag_info(series.plugin_content, run, tag)
             if info is None:
+                skipped.append((tag, reason))
                 continue
             key = (info.tensor_type, info.name)
-            entries.setdefault(key, TagEntry(tag, info, series.max_step, series.max_wall_time))
-        return RunIndex(run, entries)
+            if key in entries:
+                reason = f"the same layer and tensor type as tag {entries[key].tag!r}"
+                skipped.append((tag, reason))
+                continue
+            entries[key] = TagEntry(tag, info, series.max_step, series.max_wall_time)
+        return RunIndex(run, entries, tuple(skipped))
 
-    def _tag_info(self, content: bytes, run: str, tag: str) -> metadata.TagInfo | None:
+    def _tag_info(self, content: bytes, run: str, tag: str) -> tuple[metadata.TagInfo | None, str]:
+        """The tag's parsed metadata, or None and why it is refused (cached by content)."""
         if content not in self._infos:
             try:
-                self._infos[content] = metadata.parse_plugin_metadata(content)
+                self._infos[content] = (metadata.parse_plugin_metadata(content), "")
             except (ValueError, TypeError, KeyError) as error:  # UnsupportedVersion included
                 logger.warning("skipping numerics tag %r of run %r: %s", tag, run, error)
-                self._infos[content] = None
+                self._infos[content] = (None, str(error))
         return self._infos[content]
 
     # -- data ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import LayerSeries
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows, union_steps
 from tandv_tb.plugin.params import MAX_STEP, NotFound, Params, RequestError
-from tandv_tb.plugin.responses import Numbers
+from tandv_tb.plugin.responses import Matrix, Numbers
 from tandv_tb.plugin.store import NumericsStore, RunIndex, TagEntry
 from tandv_tb.stats.record import COUNTS
 
@@ -92,9 +92,12 @@ def _layer_json(entry: TagEntry, series: LayerSeries) -> dict:
 # -- metadata routes ---------------------------------------------------------------------
 def runs(query: Query) -> dict:
     indexes = query.store.runs(query.ctx, query.experiment_id)
-    listed = []
+    listed, skipped = [], []
     for run, index in indexes.items():
+        skipped += [{"run": run, "tag": tag, "reason": why} for tag, why in index.skipped]
         entries = list(index.entries.values())
+        if not entries:
+            continue
         recorded = sorted({f for e in entries for f in e.info.formats})
         listed.append(
             {
@@ -106,7 +109,7 @@ def runs(query: Query) -> dict:
             }
         )
     scalar_runs = query.store.scalar_runs(query.ctx, query.experiment_id)
-    return {"runs": listed, "scalar_runs": scalar_runs}
+    return {"runs": listed, "scalar_runs": scalar_runs, "skipped": skipped}
 
 
 def formats_listing(query: Query) -> dict:
@@ -123,7 +126,7 @@ def metrics_listing(query: Query) -> dict:
 def layers(query: Query, index: RunIndex) -> dict:
     tensor_type = query.params.text("tensor_type")
     entries = index.layers(tensor_type)
-    listed = []
+    listed, skipped = [], []
     for entry, series in zip(entries, query.series(index, entries)):
         row = _layer_json(entry, series)
         row["formats"] = list(entry.info.formats)
@@ -131,7 +134,20 @@ def layers(query: Query, index: RunIndex) -> dict:
         row["first_step"] = int(series.steps[0]) if len(series) else None
         row["last_step"] = int(series.steps[-1]) if len(series) else None
         listed.append(row)
-    return {"run": index.run, "tensor_type": tensor_type, "layers": listed}
+        if series.skipped_steps:
+            skipped.append(_skipped_steps(entry, series))
+    return {"run": index.run, "tensor_type": tensor_type, "layers": listed, "skipped": skipped}
+
+
+def _skipped_steps(entry: TagEntry, series: LayerSeries) -> dict:
+    held = len(series) + series.skipped_steps
+    return {
+        "layer": entry.info.name,
+        "tag": entry.tag,
+        "steps": series.skipped_steps,
+        "reason": f"{series.skipped_steps} of {held} stored steps are not numerics records "
+        "this tandv_tb can read (wrong shape, dtype or length, or inconsistent counts)",
+    }
 
 
 def steps(query: Query, index: RunIndex) -> dict:
@@ -226,7 +242,7 @@ def heatmap(query: Query, index: RunIndex) -> dict:
         ],
         "layers": [_layer_json(e, s) for e, s in zip(entries, all_series)],
         "exact": exact,
-        "values": Numbers(values, present),
+        "values": Matrix(values, present),
         "value_range": value_range,
     }
 

@@ -9,10 +9,13 @@ import { Heatmap } from "./heatmap";
 import { FormatColours, type Panel, renderHistograms } from "./histogram";
 import { type LineChart, LineCharts, type LineSeries } from "./lines";
 import { DEFAULT_STATE, saveState, type State } from "./state";
+import { autoExpanded } from "./tree";
 
 const TENSOR_TYPE_ORDER = ["Activation", "Gradient", "Weight", "Weight_Gradient"];
 const DASHES: (number[] | undefined)[] = [undefined, [6, 3], [2, 3], [8, 3, 2, 3]];
 const MAX_SCALAR_CHARTS = 6;
+/** With ``groups: "auto"``, group levels open while the heatmap keeps at most this many rows. */
+const AUTO_ROWS = 128;
 
 export const HOW_TO_RECORD = `import tandv_tb.torch
 tracker = tandv_tb.torch.track(model, logdir="runs/exp", optimizer=optimizer)
@@ -94,6 +97,8 @@ export class App {
   private layers: LayerInfo[] = [];
   private steps: number[] = [];
   private heatmapData: api.HeatmapResponse | null = null;
+  /** The groups ``groups: "auto"`` opens for ``heatmapData``'s layers. */
+  private autoOpen = new Set<string>();
   private panels: Panel[] = [];
   private readonly formatColours = new FormatColours();
   private readonly controllers = new Map<string, AbortController>();
@@ -243,6 +248,7 @@ export class App {
     if (this.formats.length && !this.formats.some((f) => f.format === this.state.metricFormat)) {
       this.state.metricFormat = this.defaultOverlays[0] ?? this.formats[0].format;
     }
+    if (!["auto", "expanded", "collapsed"].includes(this.state.groups)) this.state.groups = "auto";
     const metricNames = new Set(this.metrics.map((m) => m.metric));
     this.state.lineMetrics = this.state.lineMetrics.filter((m) => metricNames.has(m));
     saveState(this.state);
@@ -269,7 +275,7 @@ export class App {
       if (has("metric")) this.renderToolbar();
       void this.loadHeatmap();
     }
-    if (has("toggled", "collapseAll")) this.drawHeatmap();
+    if (has("toggled", "groups")) this.drawHeatmap();
     if (has("compare")) this.renderToolbar();
     if (has("layer", "pinned", "extraTypes", "overlays", "step", "compare"))
       void this.loadHistograms();
@@ -295,10 +301,11 @@ export class App {
     this.update({ toggled: [...toggled] });
   }
 
-  private isExpanded = (prefix: string): boolean =>
-    this.state.collapseAll
-      ? this.state.toggled.includes(prefix)
-      : !this.state.toggled.includes(prefix);
+  private isExpanded = (prefix: string): boolean => {
+    const groups = this.state.groups;
+    const open = groups === "expanded" || (groups === "auto" && this.autoOpen.has(prefix));
+    return open !== this.state.toggled.includes(prefix);
+  };
 
   private metricInfo(): MetricInfo | undefined {
     return this.metrics.find((m) => m.metric === this.state.metric);
@@ -434,10 +441,17 @@ export class App {
             (heatmapRun) => this.update({ heatmapRun }),
           )
         : h("span", { class: "tv-muted", text: s.heatmapRun }),
-      button(s.collapseAll ? "Expand all" : "Collapse all", "collapseAll", () => {
-        this.update({ collapseAll: !this.state.collapseAll, toggled: [] });
-        this.renderHeatmapTools();
-      }),
+      selectControl(
+        "Groups",
+        "groups",
+        [
+          { value: "auto", label: "auto" },
+          { value: "expanded", label: "all open" },
+          { value: "collapsed", label: "all closed" },
+        ],
+        s.groups,
+        (groups) => this.update({ groups: groups as State["groups"], toggled: [] }),
+      ),
       s.window
         ? button(
             `Steps ${s.window[0]}–${s.window[1]} ✕`,
@@ -501,6 +515,10 @@ export class App {
       return;
     }
     this.heatmapData = data;
+    this.autoOpen = autoExpanded(
+      data.layers.map((layer) => layer.layer),
+      AUTO_ROWS,
+    );
     if (data.layers.length === 0) {
       this.heatmap.root.hidden = true;
       this.heatCard.showEmpty(
@@ -514,6 +532,7 @@ export class App {
     this.heatCard.clearMessage();
     this.heatmap.root.hidden = false;
     this.drawHeatmap();
+    this.heatmap.revealSelected();
     this.renderHeatmapTools();
     this.renderExport();
   }

@@ -5,6 +5,9 @@
  * Cells are painted one pixel each into a canvas of columns x rows pixels that CSS stretches
  * over the plot without smoothing: a redraw costs one pass over the cells, and a zoom or pan
  * over steps only a CSS transform (until the server sends the zoomed window's columns).
+ *
+ * Rows keep a readable height; more rows than fit in ``MAX_HEIGHT`` scroll (labels and
+ * cells together, the step axis stays below), and only the labels in view are in the DOM.
  */
 
 import { axisBottom } from "d3-axis";
@@ -23,6 +26,7 @@ import { type CellScale, cellScale, SPECIAL, SPECIAL_PACKED } from "./colors";
 import { h, replaceChildren } from "./dom";
 import { formatValue } from "./numbers";
 import { buildRows, type Row, rowValues } from "./tree";
+import { VirtualRows } from "./virtual";
 
 export interface HeatmapEvents {
   /** A layer's cell (or label) was clicked: open its histogram at ``step``. */
@@ -34,12 +38,16 @@ export interface HeatmapEvents {
 }
 
 const MAX_HEIGHT = 640;
+const MIN_ROW_HEIGHT = 10;
+const MAX_ROW_HEIGHT = 18;
 const AXIS_HEIGHT = 26;
 
 export class Heatmap {
   readonly root: HTMLElement;
   private readonly legend: HTMLElement;
   private readonly labels: HTMLElement;
+  private readonly scroller: HTMLElement;
+  private readonly labelRows: VirtualRows;
   private readonly plot: HTMLElement;
   private readonly canvas: HTMLCanvasElement;
   private readonly axis: SVGSVGElement;
@@ -77,12 +85,29 @@ export class Heatmap {
     this.axis = document.createElementNS("http://www.w3.org/2000/svg", "svg");
     this.axis.classList.add("tv-axis");
     this.tooltip = h("div", { class: "tv-tooltip", attrs: { role: "tooltip" } });
+    this.scroller = h(
+      "div",
+      {
+        class: "tv-heatmap-scroll",
+        attrs: { style: `max-height:${MAX_HEIGHT}px` },
+      },
+      [
+        h("div", { class: "tv-heatmap-body" }, [
+          this.labels,
+          h("div", { class: "tv-heatmap-right" }, [this.plot]),
+        ]),
+      ],
+    );
+    this.labelRows = new VirtualRows(
+      this.labels,
+      this.scroller,
+      (index, top) => this.renderLabel(index, top),
+      MAX_HEIGHT,
+    );
     this.root = h("div", { class: "tv-heatmap" }, [
       this.legend,
-      h("div", { class: "tv-heatmap-body" }, [
-        this.labels,
-        h("div", { class: "tv-heatmap-right" }, [this.plot, this.axis]),
-      ]),
+      this.scroller,
+      h("div", { class: "tv-heatmap-axis-row" }, [this.axis]),
       this.tooltip,
     ]);
     this.plot.addEventListener("pointermove", (event) => this.hover(event));
@@ -143,7 +168,10 @@ export class Heatmap {
     const data = this.data;
     if (!data || !this.metric || !this.scale) return;
     const count = this.rows.length;
-    this.rowHeight = Math.max(2, Math.min(18, Math.floor(MAX_HEIGHT / Math.max(1, count))));
+    this.rowHeight = Math.max(
+      MIN_ROW_HEIGHT,
+      Math.min(MAX_ROW_HEIGHT, Math.floor(MAX_HEIGHT / Math.max(1, count))),
+    );
     this.renderLabels();
     this.renderLegend();
     this.paint();
@@ -151,34 +179,41 @@ export class Heatmap {
   }
 
   private renderLabels(): void {
-    const small = this.rowHeight < 9;
-    this.labels.classList.toggle("tv-labels-small", small);
-    this.labels.style.height = `${this.rows.length * this.rowHeight}px`;
-    replaceChildren(
-      this.labels,
-      this.rows.map((row, index) =>
-        h(
-          "div",
-          {
-            class: `tv-row-label tv-row-${row.kind}`,
-            title: row.kind === "group" ? `${row.key}.* (${row.indices.length} layers)` : row.key,
-            data: { key: row.key, kind: row.kind, row: String(index) },
-            attrs: {
-              style: `height:${this.rowHeight}px;line-height:${this.rowHeight}px;padding-left:${
-                4 + row.depth * 10
-              }px`,
-            },
-          },
-          row.kind === "group"
-            ? [
-                h("span", { class: "tv-twisty", text: row.expanded ? "▾ " : "▸ " }),
-                row.label,
-                h("span", { class: "tv-group-count", text: ` (${row.indices.length})` }),
-              ]
-            : [row.label],
-        ),
-      ),
+    this.labels.classList.toggle("tv-labels-small", this.rowHeight < 13);
+    this.labelRows.reset(this.rows.length, this.rowHeight);
+  }
+
+  /** The label of row ``index`` (text from the data only as text). */
+  private renderLabel(index: number, top: number): HTMLElement {
+    const row = this.rows[index];
+    return h(
+      "div",
+      {
+        class: `tv-row-label tv-row-${row.kind}`,
+        title: row.kind === "group" ? `${row.key}.* (${row.indices.length} layers)` : row.key,
+        data: { key: row.key, kind: row.kind, row: String(index) },
+        attrs: {
+          style: `top:${top}px;height:${this.rowHeight}px;line-height:${this.rowHeight}px;padding-left:${
+            4 + row.depth * 10
+          }px`,
+        },
+      },
+      row.kind === "group"
+        ? [
+            h("span", { class: "tv-twisty", text: row.expanded ? "▾ " : "▸ " }),
+            row.label,
+            h("span", { class: "tv-group-count", text: ` (${row.indices.length})` }),
+          ]
+        : [row.label],
     );
+  }
+
+  /** Scroll the opened layer's row into view. */
+  revealSelected(): void {
+    const index = this.rows.findIndex(
+      (row) => row.kind === "layer" && row.key === this.selected.layer,
+    );
+    if (index >= 0) this.labelRows.reveal(index);
   }
 
   private renderLegend(): void {

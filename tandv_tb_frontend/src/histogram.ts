@@ -477,7 +477,7 @@ export function renderHistograms(
         },
         [
           h("div", { class: "tv-hist-title" }, [
-            h("span", { class: "tv-hist-layer", text: panel.layer }),
+            h("span", { class: "tv-hist-layer", text: panel.layer, title: panel.layer }),
             h("span", { class: "tv-muted", text: ` · ${panel.tensorType}` }),
             panel.caption
               ? h("span", { class: "tv-hist-caption", text: ` · ${panel.caption}` })

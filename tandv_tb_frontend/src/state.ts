@@ -18,9 +18,13 @@ export interface State {
   reduce: "max" | "min" | "mean" | "last";
   /** Step window of the heatmap (zoom); null for every step. */
   window: [number, number] | null;
-  /** Module groups (name prefixes) shown expanded, or collapsed when ``collapseAll``. */
+  /**
+   * Module groups (name prefixes) open by default: ``auto`` opens levels while the rows stay
+   * few (an overview of a big model), or every group, or none. ``toggled`` groups are the
+   * user's exceptions to that default.
+   */
+  groups: "auto" | "expanded" | "collapsed";
   toggled: string[];
-  collapseAll: boolean;
   /** The layer opened from the heatmap, and further layers pinned beside it. */
   layer: string;
   pinned: string[];
@@ -50,8 +54,8 @@ export const DEFAULT_STATE: State = {
   metricFormat: "float8_e4m3fn",
   reduce: "max",
   window: null,
+  groups: "auto",
   toggled: [],
-  collapseAll: false,
   layer: "",
   pinned: [],
   extraTypes: [],

@@ -149,3 +149,23 @@ export function rowValues(
   }
   return { values: out, missing: none };
 }
+
+/**
+ * The groups to open by default for layers ``names``: level by level from the top, every
+ * group of the next level is opened while the rows stay within ``budget`` (and always while
+ * fewer than ``minRows`` rows would show), so a model of thousands of layers opens on an
+ * overview (one row per block, say) and a small one fully expanded.
+ */
+export function autoExpanded(names: string[], budget: number, minRows = 8): Set<string> {
+  let open = new Set<string>();
+  let rows = buildRows(names, (prefix) => open.has(prefix));
+  for (;;) {
+    const closed = rows.filter((row) => row.kind === "group" && !open.has(row.key));
+    if (closed.length === 0) return open;
+    const wider = new Set([...open, ...closed.map((row) => row.key)]);
+    const next = buildRows(names, (prefix) => wider.has(prefix));
+    if (next.length > budget && rows.length >= minRows) return open;
+    open = wider;
+    rows = next;
+  }
+}

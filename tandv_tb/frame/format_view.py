@@ -1,0 +1,70 @@
+"""A record seen through a low-precision format: the ``format=F`` view of ``read_frame``.
+
+For a format that was not recorded at tracking time the split is an estimate: the values of
+each bin ``[2**n, 2**(n+1))`` are taken as spread uniformly in ``log2|x|``, and the part of a
+bin beyond F's cast thresholds (found with ml_dtypes by ``formats.cast_thresholds``) counts
+as underflow/overflow, rounded to whole values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tandv_tb import formats as fmt
+from tandv_tb.stats.record import NumericsRecord
+
+
+def _take_from_bottom(counts: np.ndarray, amount: int) -> np.ndarray:
+    """``counts`` less ``amount`` values taken from its lowest entries up."""
+    before = np.cumsum(counts) - counts
+    return counts - np.clip(amount - before, 0, counts)
+
+
+def _estimated_casts(record: NumericsRecord, format: str) -> tuple[int, int]:
+    """Under/overflow of ``format`` estimated from the bins (rule in the module doc)."""
+    thresholds = fmt.cast_thresholds(record.dtype, format)
+    n = record.bins_lo + np.arange(len(record.counts), dtype=np.float64)
+    under = thresholds.under_pos
+    over = thresholds.over_pos
+    under_part = np.clip(math.log2(under) - n, 0.0, 1.0) if under > 0 else np.zeros_like(n)
+    over_part = np.clip(n + 1 - math.log2(over), 0.0, 1.0) if math.isfinite(over) else 0 * n
+    under_count = float(record.counts @ under_part)
+    over_count = float(record.counts @ over_part)
+    return int(round(under_count)), int(round(over_count))
+
+
+def format_split(record: NumericsRecord, format: str) -> tuple[int, np.ndarray, int, bool]:
+    """``(low, counts, high, exact)``: the record seen through ``format`` F.
+
+    ``counts[i]`` is the number of values in bin ``info(F).min_exponent + i`` once clamped
+    into F's range; ``low`` holds the zeros plus the underflow, ``high`` the overflow plus the
+    infinities. ``exact`` is False where F was not recorded and the casts were estimated.
+    The underflow is taken from the lowest bins and the overflow from the highest, which is
+    exact for every format whose casts are symmetric in sign and keep zero (all but
+    ``float8_e8m0fnu``, where zeros and negative values become NaN).
+    """
+    target = fmt.info(format)
+    counts = np.asarray(record.counts, dtype=np.int64)
+    exact = target.name in record.underflow
+    if exact:
+        under, over = record.underflow[target.name], record.overflow[target.name]
+    else:
+        under, over = _estimated_casts(record, target.name)
+    nonzero = int(counts.sum())
+    under = min(under, nonzero)
+    kept = _take_from_bottom(counts, under)
+    over_from_bins = min(over, int(kept.sum()))
+    kept = _take_from_bottom(kept[::-1], over_from_bins)[::-1]
+    over_from_zeros = min(over - over_from_bins, record.zero_count)  # e.g. float8_e8m0fnu
+    bins = np.zeros(target.n_bins, dtype=np.int64)
+    if len(kept):
+        where = (
+            np.clip(record.bins_lo + np.arange(len(kept)), target.min_exponent, target.max_exponent)
+            - target.min_exponent
+        )
+        np.add.at(bins, where, kept)
+    low = record.zero_count - over_from_zeros + under
+    high = over_from_bins + over_from_zeros + record.posinf_count + record.neginf_count
+    return low, bins, high, exact

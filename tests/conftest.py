@@ -1,0 +1,21 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.browser_helpers import CHROMIUM, CHROMIUM_ARGS
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, headless, through Playwright (skips without them)."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("needs Debian's chromium")
+    with playwright_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
