@@ -12,6 +12,9 @@ import optax
 import pytest
 
 from tandv_tb.jax import UntrackableArrayWarning, track
+from tandv_tb.stats import engine
+from tandv_tb.stats.record import TensorStats
+from tests.reference import assert_matches, crafted, random_binades
 from tests.test_jax_support import (
     GPT,
     MLP,
@@ -439,3 +442,22 @@ def test_a_new_jit_of_the_same_function_is_not_compiled_again(tmp_path):
             tracker.step()
     assert len(traces) == 1
     assert {s for _, _, s in read_records(str(tmp_path))} == {0, 1, 2}
+
+
+@pytest.mark.parametrize(("dtype", "size"), [("float32", 65_537), ("bfloat16", 100_000)])
+def test_compiled_kernel_on_large_arrays_matches_the_reference(dtype, size):
+    """Arrays this large take the compiled kernel's histogram of key pairs (odd and even
+    lengths) and its blocked sums; crafted values (zeros, subnormals, extremes, NaN, Inf)
+    are spread through random ones spanning 60 binades."""
+    special = crafted(dtype)
+    values = np.concatenate([special, random_binades(dtype, size - len(special), seed=size)])
+    np.random.default_rng(size).shuffle(values)
+    formats = ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn")
+
+    def kernel(x):
+        pending = engine.compute(x, formats)
+        return pending.counts, pending.moments
+
+    counts, moments = jax.device_get(jax.jit(kernel)(jnp.asarray(values)))
+    stats = TensorStats.unpack(dtype, formats, counts, moments)
+    assert_matches(stats, values, formats, rtol=1e-4)

@@ -1,11 +1,18 @@
 """The array-library kernel: branch-free, for accelerators and for code under ``jax.jit``.
 
 Written once over a tiny adapter (``TorchOps``, ``JaxOps``): nothing here reads a value back
-to the host, so it runs asynchronously on a GPU and traces under ``jax.jit``. The exponent
-comes from the bit pattern: ``bits >> mantissa_bits`` for normal numbers, and for a
-subnormal from its integer mantissa converted to a float, so one ``bincount`` counts every
-bin, the zeros (key 0) and the non-finite values (last key) at once. Outputs follow
-``record.engine_layout``.
+to the host, so it runs asynchronously on a GPU and traces under ``jax.jit``. Three passes
+over the values, each one reduction of several outputs (``ops.fold``; for jax one variadic
+``lax.reduce``, which XLA fuses with the elementwise work that feeds it):
+
+1. one histogram (``ops.bincount``) of keys taken from the bit pattern: the zeros (key 0),
+   each exponent bin, then NaN, +Inf and -Inf. The exponent is ``bits >> mantissa_bits``
+   for normal numbers, and for a subnormal comes from its integer mantissa converted to a
+   float. With it, one integer fold: the extremes of the magnitudes and the cast counts;
+2. the power sums of the values scaled by a power of two near their largest magnitude;
+3. the centred sum of squares (a second pass, for a stable ``std``).
+
+Outputs follow ``record.engine_layout``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,14 @@ _LAYOUT = {
     "float32": (23, 127, 255),
     "float64": (52, 1023, 2047),
 }
+# A fold's float sums add blocks of _DEPTH rows of _LANES values down the rows, then the
+# blocks' results the same way, and so on: float32 sums keep their accuracy (no sum runs
+# over more than _DEPTH or _LANES terms), and each level runs vectorised over the lanes.
+_DEPTH, _LANES = 8, 32
+# Histograms of up to this many keys and at least _PAIRS_FROM values count pairs of keys
+# (a key² table, half as many scatter updates; the bins are its row plus column sums).
+_PAIR_KEYS = 512
+_PAIRS_FROM = 1 << 16
 
 
 class TorchOps:
@@ -50,8 +65,18 @@ class TorchOps:
     def where(self, cond, a, b):
         return self.t.where(cond, a, b)
 
-    def count(self, cond):
-        return cond.sum()
+    def fold(self, parts):
+        """``(kind, array, init)`` -> that reduction of each array (``init`` when empty);
+        kind is "sum" (a bool array counts), "max" or "min"."""
+        out = []
+        for kind, x, init in parts:
+            if kind == "sum":
+                out.append(x.sum(dtype=self.t.int64 if x.dtype == self.t.bool else None))
+            elif x.numel() == 0:
+                out.append(self.t.as_tensor(init, dtype=x.dtype, device=x.device))
+            else:
+                out.append(x.amax() if kind == "max" else x.amin())
+        return out
 
     def stack_counts(self, parts):
         return self.t.cat([self.t.as_tensor(p).reshape(-1).to(self.t.int64) for p in parts])
@@ -62,9 +87,6 @@ class TorchOps:
     def scalar_like(self, value, like):
         return self.t.tensor(value, dtype=like.dtype, device=like.device)
 
-    def numel(self, x, like):
-        return self.t.tensor(x, dtype=self.t.int64, device=like.device)
-
 
 class JaxOps:
     """The same operations for jax arrays (traceable under ``jax.jit``)."""
@@ -73,24 +95,37 @@ class JaxOps:
         import jax
         import jax.numpy as jnp
 
-        self.jax, self.jnp = jax, jnp
+        self.jax, self.jnp, self.lax = jax, jnp, jax.lax
         wide = jax.config.jax_enable_x64
         self.int_dtype = jnp.int64 if wide else jnp.int32
         self.float_dtype = jnp.float64 if wide else jnp.float32
 
     def int_view(self, x):
-        return self.jax.lax.bitcast_convert_type(
+        return self.lax.bitcast_convert_type(
             x, self.jnp.int64 if x.dtype == self.jnp.float64 else self.jnp.int32
         )
 
     def float_view(self, bits, like):
-        return self.jax.lax.bitcast_convert_type(bits, like.dtype)
+        return self.lax.bitcast_convert_type(bits, like.dtype)
 
     def to_float(self, ints, like):
         return ints.astype(like.dtype)
 
     def bincount(self, keys, length):
-        return self.jnp.bincount(keys, length=length)
+        jnp = self.jnp
+        n = keys.shape[0]
+        if length > _PAIR_KEYS or n < _PAIRS_FROM:
+            return jnp.bincount(keys, length=length)
+        # Pairs of keys (the odd one out paired with the spare key ``length``).
+        half = (n + 1) // 2
+        first, second = keys[:half], keys[half:]
+        if n % 2:
+            second = jnp.concatenate([second, jnp.full((1,), length, keys.dtype)])
+        side = length + 1
+        table = jnp.zeros(side * side, self.int_dtype)
+        table = table.at[first * side + second].add(1, mode="promise_in_bounds")
+        table = table.reshape(side, side)
+        return (table.sum(0) + table.sum(1))[:length]
 
     def clip(self, x, low, high):
         return self.jnp.clip(x, low, high)
@@ -98,8 +133,63 @@ class JaxOps:
     def where(self, cond, a, b):
         return self.jnp.where(cond, a, b)
 
-    def count(self, cond):
-        return self.jnp.sum(cond, dtype=self.int_dtype)
+    def fold(self, parts):
+        """The reductions of ``TorchOps.fold`` in one variadic ``lax.reduce`` (float sums
+        by ``_tree``)."""
+        jnp, lax = self.jnp, self.lax
+        kinds = [kind for kind, _, _ in parts]
+        arrays = tuple(x.astype(self.int_dtype) if x.dtype == jnp.bool_ else x for _, x, _ in parts)
+        inits = tuple(
+            np.array(0 if kind == "sum" else init, dtype=x.dtype)
+            for (kind, _, init), x in zip(parts, arrays)
+        )
+        ops = {"sum": lax.add, "max": lax.max, "min": lax.min}
+
+        def combine(a, b):
+            return tuple(ops[kind](p, q) for kind, p, q in zip(kinds, a, b))
+
+        if len(arrays) == 1 and arrays[0].shape[0] > 1:
+            # Two halves keep it one variadic fusion (XLA would hand a single reduction to
+            # a library call that first writes its operand out).
+            x, init = arrays[0], inits[0]
+            if x.shape[0] % 2:
+                x = jnp.pad(x, (0, 1), constant_values=init)
+            half = x.shape[0] // 2
+            (kind,) = kinds
+            both = self.fold([(kind, x[:half], init), (kind, x[half:], init)])
+            return [ops[kind](*both)]
+        float_sums = any(
+            kind == "sum" and jnp.issubdtype(x.dtype, jnp.floating)
+            for kind, x in zip(kinds, arrays)
+        )
+        if float_sums:
+            results = self._tree(arrays, inits, combine)
+        else:  # integer sums, maxima and minima are exact in any order
+            results = lax.reduce(arrays, inits, combine, (0,))
+        return [jnp.asarray(r) for r in results]
+
+    def _tree(self, arrays, inits, combine):
+        """A fold of blocks of ``_DEPTH`` x ``_LANES`` values down their depth (vectorised
+        over the lanes), then of those partial results, and so on; a last partial block is
+        padded with ``inits``."""
+        jnp, lax = self.jnp, self.lax
+        block = _DEPTH * _LANES
+        extra = None
+        while arrays[0].shape[0] > _LANES:
+            rows, rest = divmod(arrays[0].shape[0], block)
+            if rest:
+                tail = tuple(
+                    jnp.pad(x[rows * block :], (0, block - rest), constant_values=i)
+                    for x, i in zip(arrays, inits)
+                )
+                ends = self._tree(tail, inits, combine)
+                extra = ends if extra is None else combine(extra, ends)
+            if not rows:
+                return extra
+            body = tuple(x[: rows * block].reshape(rows, _DEPTH, _LANES) for x in arrays)
+            arrays = tuple(p.reshape(-1) for p in lax.reduce(body, inits, combine, (1,)))
+        result = lax.reduce(arrays, inits, combine, (0,))
+        return result if extra is None else combine(result, extra)
 
     def stack_counts(self, parts):
         return self.jnp.concatenate(
@@ -111,9 +201,6 @@ class JaxOps:
 
     def scalar_like(self, value, like):
         return self.jnp.asarray(value, dtype=like.dtype)
-
-    def numel(self, x, like):
-        return self.jnp.asarray(x, dtype=self.int_dtype)
 
 
 def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...]):
@@ -136,40 +223,59 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...]):
     negative = signed_bits < 0
     magnitude = signed_bits & sign_mask
     field = magnitude >> mant_bits
-    finite = field != all_ones
+    finite = magnitude < inf_bits
     nonzero = magnitude != 0
-    # A subnormal's bits are its integer mantissa m; as a float m is normal and exact, and
-    # its exponent field gives floor(log2 m). Key 0 holds zeros, the last key non-finites.
+
+    # Pass 1. A subnormal's bits are its integer mantissa m; as a float m is normal and
+    # exact, and its exponent field gives floor(log2 m). Key 0 holds the zeros; after the
+    # exponents come NaN, +Inf and -Inf.
+    special = all_ones + shift
     mantissa_field = ops.int_view(ops.to_float(magnitude, values)) >> mant_bits
     subnormal_keys = ops.where(nonzero, mantissa_field - bias + 2, 0)
-    keys = ops.where(field == 0, subnormal_keys, field + shift)
-    bins = ops.bincount(keys, all_ones + shift + 1)
+    infinite_keys = ops.where(negative, special + 2, special + 1)
+    keys = ops.where(
+        field == 0,
+        subnormal_keys,
+        ops.where(finite, field + shift, ops.where(magnitude == inf_bits, infinite_keys, special)),
+    )
+    bins = ops.bincount(keys, special + 3)
     first = info.min_exponent + bias + shift
     hist = bins[first : first + info.n_bins]
-    zero = bins[0]
-    nan = ops.count(magnitude > inf_bits)
-    posinf = ops.count(signed_bits == inf_bits)
-    neginf = ops.count(signed_bits == inf_bits - sign_mask - 1)
+    zero, nan, posinf, neginf = bins[0], bins[special], bins[special + 1], bins[special + 2]
 
-    inf_bits_array = ops.scalar_like(inf_bits, magnitude)
-    max_bits = ops.where(finite, magnitude, 0 * magnitude).max() if numel else 0 * inf_bits_array
-    min_bits = ops.where(finite, magnitude, inf_bits_array).min() if numel else inf_bits_array
-    min_nonzero_bits = (
-        ops.where(finite & nonzero, magnitude, inf_bits_array).min() if numel else inf_bits_array
-    )
+    folds = [
+        ("max", ops.where(finite, magnitude, 0 * magnitude), 0),
+        ("min", ops.where(finite, magnitude, inf_bits + 0 * magnitude), inf_bits),
+        ("min", ops.where(finite & nonzero, magnitude, inf_bits + 0 * magnitude), inf_bits),
+    ]
+    live = finite & nonzero
+    for name in formats:
+        t = threshold_bits(dtype, (name,), wide)[0].tolist()
+        folds.append(("sum", live & (magnitude <= _by_sign(ops, negative, t[0], t[1])), 0))
+        over = (magnitude >= _by_sign(ops, negative, t[2], t[3])) | (
+            magnitude < _by_sign(ops, negative, t[4], t[5])
+        )
+        folds.append(("sum", live & over, 0))
+    max_bits, min_bits, min_nonzero_bits, *cast_counts = ops.fold(folds)
+    casts = [c + zero * t for c, t in zip(cast_counts, _zero_overflows(dtype, formats, wide))]
     max_abs, min_abs, min_nonzero = (
         ops.float_view(b, values) for b in (max_bits, min_bits, min_nonzero_bits)
     )
 
-    # s = x * 2**-e with 2**e near max|x|: exact, and no reciprocal underflows (XLA turns a
-    # division into one, and flushes subnormals). When every finite value is subnormal,
-    # their integer mantissas (normal floats with the same ratios) are scaled instead.
+    # Pass 2. s = x * 2**-e with 2**e near max|x|: exact, and no reciprocal underflows (XLA
+    # turns a division into one, and flushes subnormals). A subnormal is never an operand:
+    # its integer mantissa m (a normal float) is scaled instead, by 2**(1 - bias -
+    # mant_bits - e), or by 0 where that is below the normal range (its share is then below
+    # float rounding). When every finite value is subnormal, e is that of the largest m.
     max_field = max_bits >> mant_bits
     tiny = max_field == 0
     top_mantissa = (ops.int_view(ops.to_float(max_bits, values)) >> mant_bits) - bias
     e_tiny = ops.where(max_bits == 0, 0 * max_field, top_mantissa)
     e_normal = ops.clip(max_field - bias, 1 - bias, bias - 1)
-    inverse = ops.float_view(ops.where(tiny, bias - e_tiny, bias - e_normal) << mant_bits, values)
+    inverse_field = ops.where(tiny, bias - e_tiny, bias - e_normal)
+    inverse = ops.float_view(inverse_field << mant_bits, values)
+    subnormal_field = ops.where(tiny, inverse_field, ops.clip(1 - mant_bits - e_normal, 0, bias))
+    subnormal_inverse = ops.float_view(subnormal_field << mant_bits, values)
     one_bits = ops.scalar_like(bias << mant_bits, magnitude)
     scale_bits = ops.where(
         max_bits == 0,
@@ -178,41 +284,42 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...]):
     )
     scale = ops.float_view(scale_bits, values)
     signed_mantissas = ops.where(negative, -1.0, 1.0) * ops.to_float(magnitude, values)
-    numerators = ops.where(tiny, signed_mantissas, values)
+    subnormal = field == 0
+    numerators = ops.where(subnormal, signed_mantissas, values)
     zero_f = 0.0 * inverse
-    scaled = ops.where(finite, numerators, zero_f) * inverse
-    finite_count = numel - bins[-1]
-    mean_s = scaled.sum() / ops.where(finite_count > 0, finite_count, 1)
-    centred = ops.where(finite, scaled - mean_s, zero_f)
+    scaled = ops.where(finite, numerators, zero_f) * ops.where(
+        subnormal, subnormal_inverse, inverse
+    )
     square = scaled * scaled
     fourth = square * square
+    total, absolute, squares, fourths, eighths = ops.fold(
+        [("sum", p, 0) for p in (scaled, abs(scaled), square, fourth, fourth * fourth)]
+    )
 
-    casts = []
-    for name in formats:
-        t = threshold_bits(dtype, (name,), wide)[0].tolist()
-        positive_nonzero = ~negative & nonzero & finite
-        negative_nonzero = negative & nonzero & finite
-        under = ops.count(positive_nonzero & (magnitude <= t[0])) + ops.count(
-            negative_nonzero & (magnitude <= t[1])
-        )
-        over = ops.count(positive_nonzero & ((magnitude >= t[2]) | (magnitude < t[4]))) + ops.count(
-            negative_nonzero & ((magnitude >= t[3]) | (magnitude < t[5]))
-        )
-        casts += [under, over + zero * t[6]]
+    # Pass 3.
+    finite_count = numel - nan - posinf - neginf
+    mean_s = total / ops.where(finite_count > 0, finite_count, 1)
+    centred = ops.where(finite, scaled - mean_s, zero_f)
+    (spread,) = ops.fold([("sum", centred * centred, 0)])
 
-    counts = ops.stack_counts([ops.numel(numel, values), zero, nan, posinf, neginf, hist, *casts])
+    counts = ops.stack_counts([numel + 0 * zero, zero, nan, posinf, neginf, hist, *casts])
     moments = ops.stack_moments(
-        [
-            scale,
-            scaled.sum(),
-            abs(scaled).sum(),
-            square.sum(),
-            fourth.sum(),
-            (fourth * fourth).sum(),
-            (centred * centred).sum(),
-            max_abs,
-            min_abs,
-            min_nonzero,
-        ]
+        [scale, total, absolute, squares, fourths, eighths, spread, max_abs, min_abs, min_nonzero]
     )
     return counts, moments
+
+
+def _by_sign(ops, negative, positive_value: int, negative_value: int):
+    """The threshold for each value's sign (a constant where both are the same)."""
+    if positive_value == negative_value:
+        return positive_value
+    return ops.where(negative, negative_value, positive_value)
+
+
+def _zero_overflows(dtype: str, formats: tuple[str, ...], wide: bool) -> list[int]:
+    """Per format and per count (under, over): 1 where 0 itself overflows (counted once
+    per zero, as an overflow)."""
+    out = []
+    for name in formats:
+        out += [0, int(threshold_bits(dtype, (name,), wide)[0][6])]
+    return out
