@@ -4,19 +4,17 @@ The array is taken in blocks small enough to stay in the L1 cache. Each block is
 from memory once and then scanned a few times from the cache: (1) the exponent histogram
 (four unrolled histograms); (2) a branch-free scan of the bit patterns for the extremes
 (and, only in blocks that the histogram shows to hold zeros, subnormals, NaN or Inf, their
-counts); (3) one branch-free count per format of the values
-that cast to 0 or to Inf/NaN; (4) the block's power sums, scaled by a power of two at its
-own maximum and shifted by one of its values (so the second moment about the mean stays
-exact for LayerNorm-like data). Blocks merge into running sums (Chan et al. for the second
-moment). Narrower dtypes are widened to float32 first (exact).
+counts); (3) per format, two branch-free threshold counts that give the values that cast
+to 0 or to Inf/NaN; (4) the block's power sums, scaled by a power of two at its own maximum
+and shifted by one of its values (so the second moment about the mean stays exact for
+LayerNorm-like data). Blocks merge into running sums (Chan et al. for the second moment).
+Narrower dtypes are widened to float32 first (exact).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import math
-import os
 
 import numba
 import numpy as np
@@ -24,8 +22,6 @@ import numpy as np
 from tandv_tb import formats as fmt
 from tandv_tb.stats.record import TensorStats
 
-_WORKERS = max(1, min(8, os.cpu_count() or 1))
-_MIN_CHUNK = 1 << 16
 #: Values per block: 16 KiB of float32, so a block stays in the L1 cache between scans.
 _BLOCK = 4096
 #: Scale exponent of running sums that have seen no non-zero value yet.
@@ -301,13 +297,6 @@ def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bi
 
 
 @functools.cache
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(
-        max_workers=max(1, _WORKERS - 1), thread_name_prefix="tandv-stats"
-    )
-
-
-@functools.cache
 def threshold_bits(dtype: str, formats: tuple[str, ...], wide: bool) -> np.ndarray:
     """The cast thresholds of ``formats`` as bit patterns of the compute dtype (float32, or
     float64 when ``wide``); the last column is 1 where 0 itself overflows. Read-only."""
@@ -342,26 +331,16 @@ def _constants(dtype: str, formats: tuple[str, ...]) -> tuple:
 
 def compute_cpu(values: np.ndarray, dtype: str, formats: tuple[str, ...]) -> TensorStats:
     """Statistics of a host array of ``dtype`` whose values are given as float32 (any dtype
-    narrower than float64, widened exactly) or float64. Large arrays are split between this
-    thread and a few plain threads (the kernel drops the GIL; idle threads sleep, unlike an
-    OpenMP pool that would spin against torch's) and the parts merged exactly."""
+    narrower than float64, widened exactly) or float64.
+
+    It runs in the calling thread (dropping the GIL). Splitting large arrays over more
+    threads was measured slower inside a torch training step: torch's own OpenMP workers
+    keep spinning on the other cores for a while after each operation.
+    """
     values = np.ascontiguousarray(values).reshape(-1)
     bits = values.view(np.int64 if values.dtype == np.float64 else np.int32)
-    constants = _constants(dtype, formats)
-    chunks = min(_WORKERS, len(values) // _MIN_CHUNK)
-    if chunks <= 1:
-        return _unpack(values.dtype, dtype, formats, *_summarise(values, bits, *constants))
-    bounds = np.linspace(0, len(values), chunks + 1).astype(np.int64)
-    parts = list(zip(bounds[:-1], bounds[1:]))
-    jobs = [
-        _pool().submit(_summarise, values[lo:hi], bits[lo:hi], *constants) for lo, hi in parts[1:]
-    ]
-    lo, hi = parts[0]
-    results = [_summarise(values[lo:hi], bits[lo:hi], *constants)]  # this thread takes a part
-    results += [job.result() for job in jobs]
-    return functools.reduce(
-        TensorStats.merge, (_unpack(values.dtype, dtype, formats, *r) for r in results)
-    )
+    counts, moments, extremes = _summarise(values, bits, *_constants(dtype, formats))
+    return _unpack(values.dtype, dtype, formats, counts, moments, extremes)
 
 
 def _unpack(compute_dtype, dtype, formats, counts, moments, extremes_bits) -> TensorStats:
