@@ -95,6 +95,13 @@ def test_random_millions_spanning_60_binades(source, dtype):
     assert_matches(stats, values, FORMATS, rtol, ref)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_cpu_kernel_gives_the_same_answer_on_any_number_of_threads(threads):
+    values, ref = _random("float32")
+    stats = engine.compute(values, FORMATS, threads=threads).ready
+    assert_matches(stats, values, FORMATS, 1e-9, ref)
+
+
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("shape", [(0,), (0, 3), ()])
 def test_empty_and_zero_dim(source, shape):

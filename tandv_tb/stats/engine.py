@@ -47,21 +47,22 @@ def _canonical_formats(formats: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(fmt.numpy_dtype(name).name for name in formats)
 
 
-def compute(tensor: object, formats: Sequence[str] = ()) -> Pending:
+def compute(tensor: object, formats: Sequence[str] = (), *, threads: int | None = None) -> Pending:
     """Start computing a float tensor's statistics on its own device, without a sync.
 
     Accepts torch tensors, jax arrays (also tracers inside ``jax.jit``) and numpy arrays
     of any float dtype. Raises ``TypeError`` naming what it got for anything else
-    (integer, bool, complex, strings, None, meta or sparse tensors).
+    (integer, bool, complex, strings, None, meta or sparse tensors). ``threads`` caps the
+    threads of the CPU kernel (``_cpu_kernel.compute_cpu``; default: one per core).
     """
     formats = check_formats(formats)
     module = type(tensor).__module__.split(".")[0]
     if module == "torch":
-        return _compute_torch(tensor, formats)
+        return _compute_torch(tensor, formats, threads)
     if module in ("jax", "jaxlib"):
-        return _compute_jax(tensor, formats)
+        return _compute_jax(tensor, formats, threads)
     if isinstance(tensor, np.ndarray | np.generic):
-        return _compute_numpy(np.asarray(tensor), formats)
+        return _compute_numpy(np.asarray(tensor), formats, threads)
     raise TypeError(
         f"expected a float torch tensor, jax array or numpy array, got {type(tensor).__name__}"
     )
@@ -84,12 +85,13 @@ def _host_values(values: np.ndarray, dtype: str) -> np.ndarray:
     return values.reshape(-1).astype(wide, copy=False)
 
 
-def _compute_numpy(array: np.ndarray, formats: tuple[str, ...]) -> Pending:
+def _compute_numpy(array: np.ndarray, formats: tuple[str, ...], threads: int | None) -> Pending:
     dtype = _float_dtype_name(array.dtype)
-    return Pending(dtype, formats, ready=compute_cpu(_host_values(array, dtype), dtype, formats))
+    host = _host_values(array, dtype)
+    return Pending(dtype, formats, ready=compute_cpu(host, dtype, formats, threads))
 
 
-def _compute_torch(tensor, formats: tuple[str, ...]) -> Pending:
+def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None) -> Pending:
     import torch
 
     if not isinstance(tensor, torch.Tensor):
@@ -102,12 +104,12 @@ def _compute_torch(tensor, formats: tuple[str, ...]) -> Pending:
     wide = torch.float64 if dtype == "float64" else torch.float32
     values = tensor.detach().reshape(-1).to(wide)
     if values.device.type == "cpu":
-        return Pending(dtype, formats, ready=compute_cpu(values.numpy(), dtype, formats))
+        return Pending(dtype, formats, ready=compute_cpu(values.numpy(), dtype, formats, threads))
     counts, moments = compute_arrays(_torch_ops(), values, dtype, formats)
     return Pending(dtype, formats, counts=counts, moments=moments)
 
 
-def _compute_jax(array, formats: tuple[str, ...]) -> Pending:
+def _compute_jax(array, formats: tuple[str, ...], threads: int | None) -> Pending:
     import jax
 
     dtype = _float_dtype_name(array.dtype)
@@ -115,7 +117,7 @@ def _compute_jax(array, formats: tuple[str, ...]) -> Pending:
         counts, moments = compute_arrays(_jax_ops(), _jax_values(array, dtype), dtype, formats)
     elif all(device.platform == "cpu" for device in array.devices()):
         host = _host_values(np.asarray(array), dtype)
-        return Pending(dtype, formats, ready=compute_cpu(host, dtype, formats))
+        return Pending(dtype, formats, ready=compute_cpu(host, dtype, formats, threads))
     else:
         counts, moments = _jitted_jax_kernel(dtype, formats)(array)
     return Pending(dtype, formats, counts=counts, moments=moments)

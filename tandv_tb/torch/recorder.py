@@ -93,6 +93,7 @@ class Recorder:
         seen = self._computed.get(id(tensor))
         if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
             return seen[2]
-        pending = stats.compute(tensor.detach(), self.formats)
+        # one thread: torch's OpenMP workers hold the other cores during a training step
+        pending = stats.compute(tensor.detach(), self.formats, threads=1)
         self._computed[id(tensor)] = (weakref.ref(tensor), tensor._version, pending)
         return pending
