@@ -284,11 +284,11 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...]):
     )
     scale = ops.float_view(scale_bits, values)
     signed_mantissas = ops.where(negative, -1.0, 1.0) * ops.to_float(magnitude, values)
-    subnormal = field == 0
-    numerators = ops.where(subnormal, signed_mantissas, values)
     zero_f = 0.0 * inverse
-    scaled = ops.where(finite, numerators, zero_f) * ops.where(
-        subnormal, subnormal_inverse, inverse
+    scaled = ops.where(
+        field == 0,
+        signed_mantissas * subnormal_inverse,
+        ops.where(finite, values, zero_f) * inverse,
     )
     square = scaled * scaled
     fourth = square * square
