@@ -655,28 +655,19 @@ export class App {
           const key = `${type}\u0000${layer}\u0000${run}`;
           jobs.push(
             api
-              .histogram(
-                {
-                  run,
-                  tensor_type: type,
-                  layer,
-                  step: s.step ?? undefined,
-                  format: s.overlays ?? undefined,
-                },
-                signal,
+              .nullIfMissing(
+                api.histogram(
+                  {
+                    run,
+                    tensor_type: type,
+                    layer,
+                    step: s.step ?? undefined,
+                    format: s.overlays ?? undefined,
+                  },
+                  signal,
+                ),
               )
-              .then(
-                (body) => ({ key, data: body.layers[0] ?? null }),
-                (error) => {
-                  if (
-                    api.isAbort(error) ||
-                    !(error instanceof api.ApiError) ||
-                    error.status !== 404
-                  )
-                    throw error;
-                  return { key, data: null };
-                },
-              ),
+              .then((body) => ({ key, data: body?.layers[0] ?? null })),
           );
         }
       }
@@ -764,29 +755,20 @@ export class App {
         layers.length && s.lineMetrics.length
           ? s.runs.map((run) =>
               api
-                .series(
-                  {
-                    run,
-                    tensor_type: s.tensorType,
-                    layer: layers,
-                    metric: s.lineMetrics,
-                    points,
-                    reduce: "max",
-                  },
-                  signal,
+                .nullIfMissing(
+                  api.series(
+                    {
+                      run,
+                      tensor_type: s.tensorType,
+                      layer: layers,
+                      metric: s.lineMetrics,
+                      points,
+                      reduce: "max",
+                    },
+                    signal,
+                  ),
                 )
-                .then(
-                  (body) => ({ run, body }),
-                  (error) => {
-                    if (
-                      api.isAbort(error) ||
-                      !(error instanceof api.ApiError) ||
-                      error.status !== 404
-                    )
-                      throw error;
-                    return { run, body: null };
-                  },
-                ),
+                .then((body) => ({ run, body })),
             )
           : [];
       return Promise.all([Promise.all(scalarJobs), Promise.all(seriesJobs)]);
