@@ -39,12 +39,14 @@ MODELS = {
     "encoder": Encoder,
 }
 STEPS = {"mlp": 12, "encoder": 8}
+# torch's global RNG is one for all threads: two threads seeding it at once mix their models
+_GLOBAL_RNG = threading.Lock()
 
 
 def train(kind: str, on_step=lambda step: None, **tracking) -> None:
     """``STEPS[kind]`` tracked steps of a ``MODELS[kind]``, seeded per kind."""
     generator = torch.Generator().manual_seed(len(kind))
-    with torch.random.fork_rng():
+    with _GLOBAL_RNG, torch.random.fork_rng():  # modules initialise from torch's global RNG
         torch.manual_seed(len(kind))
         model = MODELS[kind]()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
