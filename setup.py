@@ -14,6 +14,7 @@ setup(
     packages=find_packages(include=["tandv_tb", "tandv_tb.*"]),
     package_data={"tandv_tb": ["static/*", "static/**/*", "plugin/*.md"]},
     install_requires=[
+        "google-crc32c>=1.5",
         "numpy>=1.24",
         "ml_dtypes>=0.5",
         "numba>=0.60",

@@ -102,52 +102,65 @@ def _scales(layers: int, steps: int, type_index: int) -> np.ndarray:
 
 
 def _write_type(args: tuple[str, str, int, int, int]) -> None:
-    """One tensor type's event file. Records go straight to a ``RecordWriter`` (the summaries
-    are those of ``NumericsWriter`` / PyTorch's ``add_histogram_raw``, without their write
-    queues, which would make writing 1.6 million of them take most of an hour)."""
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.record_writer import RecordWriter
-    from torch.utils.tensorboard.summary import histogram_raw
-
-    from tandv_tb import summary
-    from tandv_tb.metadata import TagInfo
-
+    """One tensor type's event file: numerics through ``NumericsWriter.add_records``, one
+    event per step as the trackers write them; histograms as PyTorch's
+    ``add_histogram_raw`` summaries, straight to a ``RecordWriter`` (without the writer's
+    queue, which would make writing 800,000 of them take most of an hour)."""
     kind, run_dir, type_index, layers, steps = args
     scales = _scales(layers, steps, type_index)
     rng = np.random.default_rng(100 + type_index)
-    tensor_type = TYPES[type_index]
+    if kind == "numerics":
+        _write_numerics(run_dir, TYPES[type_index], scales, rng)
+    else:
+        _write_histograms(run_dir, TYPES[type_index], scales, rng)
+
+
+def _write_numerics(
+    run_dir: str, tensor_type: str, scales: np.ndarray, rng: np.random.Generator
+) -> None:
+    from tandv_tb import NumericsWriter
+    from tandv_tb.writer import RecordItem
+
+    with NumericsWriter(run_dir) as writer:
+        for step, step_scales in enumerate(scales):
+            items = [
+                RecordItem(
+                    f"layers.{layer}", _record(float(scale), rng), tensor_type, "Linear", layer
+                )
+                for layer, scale in enumerate(step_scales)
+            ]
+            writer.add_records(step, items)
+
+
+def _write_histograms(
+    run_dir: str, tensor_type: str, scales: np.ndarray, rng: np.random.Generator
+) -> None:
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    from torch.utils.tensorboard.summary import histogram_raw
+
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(run_dir) / f"events.out.tfevents.{int(time.time())}.bench.{type_index}"
+    path = Path(run_dir) / f"events.out.tfevents.{int(time.time())}.bench.{tensor_type}"
     with open(path, "wb") as file:
         writer = RecordWriter(file)
         first = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
         writer.write(first.SerializeToString())
-        for step in range(steps):
-            for layer in range(layers):
-                record = _record(float(scales[step, layer]), rng)
-                if kind == "numerics":
-                    info = TagInfo(f"layers.{layer}", tensor_type, "Linear", layer, FORMATS)
-                    if step == 0:
-                        value = summary.numerics_summary(info, record)
-                    else:
-                        tensor = summary.tensor_proto(summary.encode_record(record, FORMATS))
-                        value = summary_pb2.Summary(
-                            value=[summary_pb2.Summary.Value(tag=info.tag, tensor=tensor)]
-                        )
-                else:
-                    sigma = record.statistics["std"]
-                    value = histogram_raw(
-                        f"{tensor_type}/layers.{layer}",
-                        min=-5 * sigma,
-                        max=5 * sigma,
-                        num=record.numel,
-                        sum=0.0,
-                        sum_squares=record.numel * sigma**2,
-                        bucket_limits=(
-                            2.0 ** (record.bins_lo + 1 + np.arange(len(record.counts)))
-                        ).tolist(),
-                        bucket_counts=record.counts.tolist(),
-                    )
+        for step, step_scales in enumerate(scales):
+            for layer, scale in enumerate(step_scales):
+                record = _record(float(scale), rng)
+                sigma = record.statistics["std"]
+                value = histogram_raw(
+                    f"{tensor_type}/layers.{layer}",
+                    min=-5 * sigma,
+                    max=5 * sigma,
+                    num=record.numel,
+                    sum=0.0,
+                    sum_squares=record.numel * sigma**2,
+                    bucket_limits=(
+                        2.0 ** (record.bins_lo + 1 + np.arange(len(record.counts)))
+                    ).tolist(),
+                    bucket_counts=record.counts.tolist(),
+                )
                 event = event_pb2.Event(wall_time=time.time(), step=step, summary=value)
                 writer.write(event.SerializeToString())
         writer.close()
@@ -157,7 +170,7 @@ def write_logdirs(workdir: Path, layers: int, steps: int) -> tuple[Path, Path]:
     numerics, histograms = workdir / "numerics", workdir / "histograms"
     from tandv_tb.metadata import PLUGIN_DATA_VERSION
 
-    stamp = workdir / f"done_{layers}x{steps}_v{PLUGIN_DATA_VERSION}"
+    stamp = workdir / f"done_{layers}x{steps}_v{PLUGIN_DATA_VERSION}_event_per_step"
     if stamp.exists():
         print(f"reusing {workdir}")
         return numerics, histograms

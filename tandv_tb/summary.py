@@ -31,8 +31,12 @@ How the vector is stored depends on the tag's plugin data version (``metadata``)
 
 from __future__ import annotations
 
+import math
+import struct
+
+import numba
 import numpy as np
-from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
 from tandv_tb import formats as fmt
 from tandv_tb.metadata import DTYPE_CODES, TagInfo
@@ -42,51 +46,69 @@ BINS_OFFSET = 1100
 _HEADER = len(COUNTS) + 3  # dtype_code, the counts, bins_lo + offset, n_bins
 
 
+_CODE_OF = {name: code for code, name in enumerate(DTYPE_CODES)}
+#: |x| from which a float64 rounds to Inf in float32 (its largest value plus half an ulp).
+_FLOAT32_ROUNDS_TO_INF = 2.0**128 - 2.0**103
+
+
 def dtype_code(dtype: str) -> int:
     """The stored code of a dtype name; ``ValueError`` for a dtype without one."""
-    try:
-        return DTYPE_CODES.index(dtype)
-    except ValueError:
+    code = _CODE_OF.get(dtype)
+    if code is None:
         raise ValueError(
             f"dtype {dtype!r} has no code in tandv_tb.metadata.DTYPE_CODES; "
             f"known dtypes: {', '.join(DTYPE_CODES)}"
-        ) from None
+        )
+    return code
 
 
 def encode_record(record: NumericsRecord, formats: tuple[str, ...]) -> np.ndarray:
     """The int64 vector stored for one step (layout in the module docstring)."""
-    if set(record.underflow) != set(formats) or set(record.overflow) != set(formats):
+    underflow, overflow = record.underflow, record.overflow
+    if not (len(underflow) == len(overflow) == len(formats)) or not all(
+        f in underflow and f in overflow for f in formats
+    ):
         raise ValueError(
-            f"the record holds under/overflow counts for {sorted(record.underflow)}, "
+            f"the record holds under/overflow counts for {sorted(underflow)}, "
             f"but the tag records the formats {list(formats)}"
         )
-    counts = np.asarray(record.counts, dtype=np.int64).reshape(-1)
-    if counts.size and counts.min() < 0:
+    counts = np.asarray(record.counts, dtype=np.int64).reshape(-1).tolist()
+    if counts and min(counts) < 0:
         raise ValueError("histogram counts must be non-negative")
-    casts = [count for f in formats for count in (record.underflow[f], record.overflow[f])]
-    header = [
-        dtype_code(record.dtype),
-        *(getattr(record, name) for name in COUNTS),
-        record.bins_lo + BINS_OFFSET if counts.size else BINS_OFFSET,
-        counts.size,
-    ]
-    statistics = [record.statistics.get(name, np.nan) for name in STATISTICS]
-    return np.concatenate(
+    statistics = [record.statistics.get(name, math.nan) for name in STATISTICS]
+    return np.array(
         [
-            np.asarray(header, dtype=np.int64),
-            counts,
-            np.asarray(casts, dtype=np.int64),
-            _encode_statistics(statistics, record.dtype),
-        ]
+            dtype_code(record.dtype),
+            *(getattr(record, name) for name in COUNTS),
+            record.bins_lo + BINS_OFFSET if counts else BINS_OFFSET,
+            len(counts),
+            *counts,
+            *(c for f in formats for c in (underflow[f], overflow[f])),
+            *_statistics_bits(statistics, record.dtype),
+        ],
+        dtype=np.int64,
     )
 
 
-def _encode_statistics(values: list[float], dtype: str) -> np.ndarray:
+_AS_FLOAT64, _AS_INT64 = (
+    struct.Struct(f"<{len(STATISTICS)}d"),
+    struct.Struct(f"<{len(STATISTICS)}q"),
+)
+_AS_FLOAT32, _AS_UINT32 = (
+    struct.Struct(f"<{len(STATISTICS)}f"),
+    struct.Struct(f"<{len(STATISTICS)}I"),
+)
+
+
+def _statistics_bits(values: list[float], dtype: str) -> tuple[int, ...]:
+    """The statistics' float64 bit patterns (float64 tensors) or float32 ones (others),
+    rounded to nearest; too big for float32 is Inf."""
     if dtype == "float64":
-        return np.asarray(values, dtype=np.float64).view(np.int64)
-    with np.errstate(over="ignore"):
-        as_float32 = np.asarray(values, dtype=np.float64).astype(np.float32)
-    return as_float32.view(np.uint32).astype(np.int64)
+        return _AS_INT64.unpack(_AS_FLOAT64.pack(*values))
+    rounded = (
+        v if not abs(v) >= _FLOAT32_ROUNDS_TO_INF else math.copysign(math.inf, v) for v in values
+    )
+    return _AS_UINT32.unpack(_AS_FLOAT32.pack(*rounded))
 
 
 def _decode_statistics(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -99,18 +121,23 @@ def _decode_statistics(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def encode_varints(values: np.ndarray) -> bytes:
-    """The LEB128 varints of the 64-bit patterns of ``values`` (int64), concatenated.
+    """The LEB128 varints of the 64-bit patterns of ``values`` (int64), concatenated."""
+    return _leb128(np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)).tobytes()
 
-    Protobuf's own encoder does the work: a packed ``uint64_val`` field serializes as its
-    key (2 bytes), the payload's length as a varint, then exactly these varints."""
-    bits = np.asarray(values, dtype=np.int64).view(np.uint64)
-    packed = tensor_pb2.TensorProto(uint64_val=bits.tolist()).SerializeToString()
-    if not packed:
-        return b""
-    start = 2
-    while packed[start] & 0x80:
-        start += 1
-    return packed[start + 1 :]
+
+@numba.njit(cache=True, nogil=True)
+def _leb128(bits):
+    """Each value 7 bits a byte, low bits first, the high bit set on all but its last byte."""
+    out = np.empty(len(bits) * 10, dtype=np.uint8)
+    n = 0
+    for value in bits:
+        while value >= 0x80:
+            out[n] = (value & 0x7F) | 0x80
+            value >>= 7
+            n += 1
+        out[n] = value
+        n += 1
+    return out[:n]
 
 
 def decode_varints(data: np.ndarray) -> np.ndarray:
@@ -133,27 +160,28 @@ def decode_varints(data: np.ndarray) -> np.ndarray:
 
 def tensor_proto(values: np.ndarray) -> tensor_pb2.TensorProto:
     """The stored ``TensorProto`` (version 2) of an int64 vector: ``DT_UINT8`` varint bytes."""
+    proto = tensor_pb2.TensorProto()
+    _store(values, proto)
+    return proto
+
+
+def _store(values: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
     content = encode_varints(values)
-    return tensor_pb2.TensorProto(
-        dtype=types_pb2.DT_UINT8,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(
-            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(content))]
-        ),
-        tensor_content=content,
-    )
+    proto.dtype = types_pb2.DT_UINT8
+    proto.tensor_content = content
+    proto.tensor_shape.dim.add(size=len(content))
 
 
-def numerics_summary(
+def numerics_value(
     info: TagInfo, record: NumericsRecord, with_metadata: bool = True
-) -> summary_pb2.Summary:
-    """A ``Summary`` with one value: the encoded record, and the tag's metadata unless
+) -> summary_pb2.Summary.Value:
+    """A ``Summary.Value``: the encoded record, and the tag's metadata unless
     ``with_metadata`` is false (TensorBoard keeps a tag's first metadata only)."""
-    value = summary_pb2.Summary.Value(
-        tag=info.tag, tensor=tensor_proto(encode_record(record, info.formats))
-    )
+    value = summary_pb2.Summary.Value(tag=info.tag)
+    _store(encode_record(record, info.formats), value.tensor)
     if with_metadata:
         value.metadata.CopyFrom(info.to_metadata())
-    return summary_pb2.Summary(value=[value])
+    return value
 
 
 def stored_vector(array: np.ndarray) -> np.ndarray:

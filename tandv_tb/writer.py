@@ -1,22 +1,22 @@
 """``NumericsWriter``: numerics of tensors into TensorBoard event files.
 
-It writes into its own event file (``logdir``, through TensorBoard's ``EventFileWriter``,
-no TensorFlow needed) or through a user's ``torch.utils.tensorboard.SummaryWriter`` or
-``tensorboardX.SummaryWriter`` into the event file that also holds the user's scalars.
+It writes into its own event file (``logdir``, see ``tandv_tb.event_file``) or through a
+user's ``torch.utils.tensorboard.SummaryWriter`` or ``tensorboardX.SummaryWriter`` into the
+event file that also holds the user's scalars.
 
-Data reach disk at every ``flush()``, at ``close()``, at interpreter exit and at least
-every ``FLUSH_SECS`` (30) seconds, so a killed process loses at most the last 30 seconds
-(with TensorBoard's own file layer, used without TensorFlow, each record reaches the file as
-soon as the writer thread takes it off its queue); the files it leaves are valid event
-files, at worst ending in a half-written record that readers skip.
+The records of one call (``add_records``: a tracker's whole step) go into one ``Event``
+whose ``Summary`` holds one value per tag. In its own file every event reaches the
+operating system before the call returns, so a killed process loses nothing written and
+leaves a valid event file, at worst ending in a half-written record that readers skip.
+A user's writer queues the event in its own thread; it is flushed at every ``flush()``,
+at ``close()``, at interpreter exit and at least every ``FLUSH_SECS`` (30) seconds.
 
 Writing never stops training: a write that fails (disk full, directory removed, a user's
 writer that failed or was closed) warns once with a ``WriteFailureWarning`` naming the
 logdir and the error, and records are dropped until writing works again. Every
 ``RETRY_SECS`` seconds the writer tries again, in a new event file of the same logdir (the
 failed one may end in a half-written record); a recovery warns with the number of records
-dropped. Writing is thread-safe: one lock orders every record of a writer, and the event
-file is written by one thread (TensorBoard's queue), as ``SummaryWriter`` does.
+dropped. Writing is thread-safe: one lock orders every event of a writer.
 """
 
 from __future__ import annotations
@@ -29,18 +29,19 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tandv_tb import formats as fmt
+from tandv_tb.event_file import EventFile
 from tandv_tb.metadata import TagInfo, check_tensor_type
 from tandv_tb.stats.record import NumericsRecord
-from tandv_tb.summary import numerics_summary
+from tandv_tb.summary import numerics_value
 
-#: Longest time data wait in memory before they are flushed to disk.
+#: Longest time data wait in a user's writer before it is flushed to disk.
 FLUSH_SECS = 30
 #: Seconds between attempts to write again after a write failed.
 RETRY_SECS = 30
@@ -127,27 +128,6 @@ class _PeriodicFlush:
             self._thread.join()
 
 
-def _event_file(logdir: str) -> EventFileWriter:
-    return EventFileWriter(logdir, max_queue_size=1024, flush_secs=FLUSH_SECS)
-
-
-def _own_empty_files(logdir: str) -> set[str]:
-    """The empty event files this process made in ``logdir``."""
-    mark = f".{os.getpid()}."
-    try:
-        names = os.listdir(logdir)
-    except OSError:
-        return set()
-    paths = (os.path.join(logdir, n) for n in names if "tfevents" in n and mark in n)
-    return {p for p in paths if os.path.isfile(p) and os.path.getsize(p) == 0}
-
-
-def _abandon(events: EventFileWriter) -> None:
-    """Stop a failed event file's writer thread and release the file, ignoring errors."""
-    with contextlib.suppress(Exception):
-        events.close()
-
-
 class _Failure:
     """Whether writing has failed, when to try again and how many records were dropped."""
 
@@ -156,12 +136,13 @@ class _Failure:
         self.dropped = 0
         self._retry_at = 0.0
 
-    def start(self) -> bool:
-        """Note a failed write (one more dropped record); True where it is the first."""
+    def start(self, dropped: int) -> bool:
+        """Note a failed write that dropped ``dropped`` records; True where it is the
+        first."""
         first = not self.active
         if first:
             self.active, self.dropped = True, 0
-        self.dropped += 1
+        self.dropped += dropped
         self._retry_at = time.monotonic() + RETRY_SECS
         return first
 
@@ -173,6 +154,16 @@ class _Failure:
         """Writing works again: the number of records dropped meanwhile."""
         self.active = False
         return self.dropped
+
+
+class RecordItem(NamedTuple):
+    """One record for ``NumericsWriter.add_records``, with ``add_record``'s arguments."""
+
+    name: str
+    record: NumericsRecord
+    tensor_type: str = "Activation"
+    module_type: str = ""
+    order: int | None = None
 
 
 class NumericsWriter:
@@ -199,7 +190,7 @@ class NumericsWriter:
         self._closed = False
         self._timer: _PeriodicFlush | None = None
         if writer is None:
-            self._events = _event_file(str(logdir))
+            self._events = EventFile(os.fspath(logdir))
             self._user_writer = None
             self._kind = "own"
         else:
@@ -221,7 +212,7 @@ class NumericsWriter:
     def logdir(self) -> str:
         """The directory of the event file written to."""
         if self._events is not None:
-            return str(self._events.get_logdir())
+            return self._events.logdir
         return str(self._user_writer._get_file_writer().get_logdir())
 
     def add_numerics(
@@ -252,42 +243,53 @@ class NumericsWriter:
         """Record statistics computed elsewhere. ``order`` defaults to the first-seen
         order of tags in this writer; ``module_type`` and ``order`` are fixed by a tag's
         first record."""
-        _check_name(name)
+        self.add_records(step, [RecordItem(name, record, tensor_type, module_type, order)])
+
+    def add_records(self, step: int, items: Iterable[RecordItem]) -> None:
+        """Record several tags at ``step`` in one event (as ``add_record`` each); every
+        item is checked before anything is written."""
         step = _check_step(step)
-        check_tensor_type(tensor_type)
-        if not isinstance(record, NumericsRecord):
-            raise TypeError(f"record must be a NumericsRecord, got {type(record).__name__}")
+        items = list(items)
+        for item in items:
+            _check_name(item.name)
+            check_tensor_type(item.tensor_type)
+            if not isinstance(item.record, NumericsRecord):
+                raise TypeError(
+                    f"record must be a NumericsRecord, got {type(item.record).__name__}"
+                )
         with self._lock:
             if self._closed:
                 raise ValueError("this NumericsWriter is closed")
-            key = (tensor_type, name)
-            info = self._tags.get(key)
-            if info is None:
-                info = TagInfo(
-                    name=name,
-                    tensor_type=tensor_type,
-                    module_type=module_type or "",
-                    order=len(self._tags) if order is None else int(order),
-                    formats=tuple(record.underflow),
-                )
-                self._tags[key] = info
-            described = key in self._described
-            summary = numerics_summary(info, record, with_metadata=not described)
-            if self._write(summary, step) and not described:
-                self._described.add(key)
+            keys, values = [], []
+            for item in items:
+                key = (item.tensor_type, item.name)
+                info = self._tags.get(key)
+                if info is None:
+                    info = self._tags[key] = TagInfo(
+                        name=item.name,
+                        tensor_type=item.tensor_type,
+                        module_type=item.module_type or "",
+                        order=len(self._tags) if item.order is None else int(item.order),
+                        formats=tuple(item.record.underflow),
+                    )
+                values.append(numerics_value(info, item.record, key not in self._described))
+                keys.append(key)
+            if values and self._write(summary_pb2.Summary(value=values), step, len(values)):
+                self._described.update(keys)
 
-    def _write(self, summary: summary_pb2.Summary, step: int) -> bool:
-        """Write one summary; False where it was dropped (writing failed)."""
+    def _write(self, summary: summary_pb2.Summary, step: int, records: int) -> bool:
+        """Write one summary of ``records`` records; False where it was dropped (writing
+        failed)."""
         failed = self._failure.active
         if failed and not self._failure.due():
-            self._failure.dropped += 1
+            self._failure.dropped += records
             return False
-        if failed and not self._reopen():
+        if failed and not self._reopen(records):
             return False
         try:
             self._emit(summary, step)
         except Exception as error:  # tracking never stops training
-            self._fail(error)
+            self._fail(error, records)
             return False
         if failed:
             dropped = self._failure.end()
@@ -299,27 +301,22 @@ class NumericsWriter:
             )
         return True
 
-    def _reopen(self) -> bool:
+    def _reopen(self, records: int) -> bool:
         """Own writer: a new event file in place of the failed one. True where it opened."""
         if self._kind != "own":
             return True  # a user's writer is simply tried again
-        _abandon(self._events)
-        before = _own_empty_files(self._where)
         try:
-            self._events = _event_file(self._where)
+            self._events = EventFile(self._where)
         except Exception as error:
-            for path in _own_empty_files(self._where) - before:  # no litter of empty files
-                with contextlib.suppress(OSError):
-                    os.remove(path)
-            self._fail(error)
+            self._fail(error, records)
             return False
         return True
 
-    def _fail(self, error: Exception) -> None:
-        """A write failed (its record is dropped): warn where writing worked until now;
-        try again after ``RETRY_SECS``."""
+    def _fail(self, error: Exception, records: int = 0) -> None:
+        """A write failed (its ``records`` are dropped): warn where writing worked until
+        now; try again after ``RETRY_SECS``."""
         self._described.clear()  # the next file (or the user's, repaired) needs metadata
-        if self._failure.start():
+        if self._failure.start(records):
             warnings.warn(
                 f"tandv_tb: could not write numerics to {self._where!r}: "
                 f"{type(error).__name__}: {error}. Training goes on; numerics are dropped "
@@ -330,8 +327,7 @@ class NumericsWriter:
 
     def _emit(self, summary: summary_pb2.Summary, step: int) -> None:
         if self._kind == "own":
-            event = event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
-            self._events.add_event(event)
+            self._events.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
             return
         file_writer = self._user_writer._get_file_writer()
         if self._kind == "tensorboardX":
@@ -341,20 +337,18 @@ class NumericsWriter:
         file_writer.add_summary(summary, step, time.time())
 
     def flush(self) -> None:
-        """Write everything recorded so far to disk (a failed writer warns, as at a write)."""
+        """Write everything recorded so far to disk: a user's writer is flushed (a failed
+        one warns, as at a write); the own event file holds every event already."""
         with self._lock:
-            if self._closed or self._failure.active:
+            if self._closed or self._failure.active or self._user_writer is None:
                 return
             try:
-                if self._events is not None:
-                    self._events.flush()
-                else:
-                    self._user_writer.flush()
+                self._user_writer.flush()
             except Exception as error:  # tracking never stops training
                 self._fail(error)
 
     def close(self) -> None:
-        """Flush and release the event file (a user's writer is flushed, not closed).
+        """Flush (a user's writer is flushed, not closed); no more records are taken.
         Closing twice is fine."""
         with self._lock:
             if self._closed:
@@ -363,18 +357,7 @@ class NumericsWriter:
         atexit.unregister(self.close)
         if self._timer is not None:
             self._timer.stop()
-        if self._events is not None:
-            if self._failure.active:
-                _abandon(self._events)
-                return
-            try:
-                self._events.flush()  # raises what failed in the writer thread
-                self._events.close()
-            except Exception as error:  # the last records could not be written
-                _abandon(self._events)
-                with self._lock:
-                    self._fail(error)
-        else:
+        if self._user_writer is not None:
             with contextlib.suppress(Exception):  # closed by its owner: it flushed then
                 self._user_writer.flush()
 

@@ -117,6 +117,22 @@ def test_float64_statistics_are_exact_and_float32_ones_rounded():
     assert decoded.statistics["mean"] != as32.statistics["mean"]  # it was rounded
 
 
+def test_float32_statistics_round_as_numpy_casts_them_up_to_inf():
+    """Statistics of a float32 record given from outside (a DataFrame) may exceed float32:
+    they round as numpy's cast does, to Inf from float32's max plus half an ulp on."""
+    big = float(np.finfo(np.float32).max)
+    half_ulp = 2.0**103
+    edges = [big + half_ulp / 2, big + half_ulp, -1e300, 1e-50, -0.0, math.nan, math.inf]
+    record = record_of(np.ones(3, np.float32))
+    record.statistics = dict(zip(STATISTICS, edges + [1.0] * (len(STATISTICS) - len(edges))))
+    decoded = summary.decode_tensor(summary.encode_record(record, ()), TagInfo("x", "Weight"))
+    with np.errstate(over="ignore"):
+        want = np.array(list(record.statistics.values())).astype(np.float32).astype(np.float64)
+    got = np.array(list(decoded.statistics.values()))
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.signbit(got[4]) and np.isinf(got[1]) and got[0] == big
+
+
 def test_layout_is_as_documented():
     record = NumericsRecord(
         "bfloat16",
@@ -136,10 +152,9 @@ def test_layout_is_as_documented():
     assert encoded.tolist() == [3, 20, 2, 1, 1, 1, 1097, 3, 4, 0, 11, 5, 6] + [one] * 9
 
 
-def test_numerics_summary_holds_metadata_and_1d_varint_bytes():
+def test_numerics_value_holds_metadata_and_1d_varint_bytes():
     record = record_of(random_binades("float32", 100), INFO.formats)
-    proto = summary.numerics_summary(INFO, record)
-    (value,) = proto.value
+    value = summary.numerics_value(INFO, record)
     assert value.tag == "tandv/Activation/layers.0.attn.wq"
     assert value.metadata.plugin_data.plugin_name == "tandv"
     assert value.tensor.dtype == types_pb2.DT_UINT8 and not value.tensor.int64_val

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
-from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.util import tensor_util
 
+from tandv_tb.event_file import masked_crc32c
 from tandv_tb.metadata import PLUGIN_NAME, TagInfo, parse_plugin_metadata
 from tandv_tb.stats.record import NumericsRecord
 from tandv_tb.summary import decode_tensor

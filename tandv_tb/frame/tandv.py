@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections import defaultdict
@@ -29,7 +30,7 @@ from tandv_tb.frame.schema import (
 )
 from tandv_tb.metadata import is_tensor_type
 from tandv_tb.stats.record import STATISTICS, NumericsRecord
-from tandv_tb.writer import NumericsWriter
+from tandv_tb.writer import NumericsWriter, RecordItem
 
 TANDV_METADATA = ("step", "name", "type", "tensor_type", "dtype")
 TANDV_STATISTICS = ("mean", "std", "mean_abs", "max_abs", "min_abs", "rm2", "rm4", "rm8")
@@ -177,14 +178,19 @@ def write_frame(frame: pd.DataFrame | str | os.PathLike, logdir: str | os.PathLi
     for run, indices in by_run.items():
         indices.sort(key=lambda i: (steps[i], orders[i]))
         with NumericsWriter(Path(logdir) / run if run != "." else Path(logdir)) as writer:
-            for i in indices:
-                writer.add_record(
-                    df[(META, "name")].iloc[i],
-                    records[i],
-                    int(steps[i]),
-                    tensor_types.iloc[i],
-                    module_type=_module_type(module_types[i]),
-                    order=int(orders[i]),
+            for step, rows in itertools.groupby(indices, key=lambda i: int(steps[i])):
+                writer.add_records(
+                    step,
+                    [
+                        RecordItem(
+                            df[(META, "name")].iloc[i],
+                            records[i],
+                            tensor_types.iloc[i],
+                            _module_type(module_types[i]),
+                            int(orders[i]),
+                        )
+                        for i in rows
+                    ],
                 )
 
 

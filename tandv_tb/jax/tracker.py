@@ -14,7 +14,7 @@ from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
 from tandv_tb.stats.engine import check_formats
 from tandv_tb.tracking import Patterns, Selection, SkipLog, check_every, default_logdir
-from tandv_tb.writer import NumericsWriter
+from tandv_tb.writer import NumericsWriter, RecordItem
 
 MODULE_OUTPUTS = ("Activation", "Gradient")
 _GIVEN = object()  # a pytree was given to track()
@@ -203,19 +203,22 @@ class Tracker:
         parameters = self._orders.parameters(
             r.name for r in records if r.tensor_type not in MODULE_OUTPUTS
         )
+        items = []
         for record in records:
             if record.tensor_type in MODULE_OUTPUTS:
                 order = self._orders.module(record.name)
             else:
                 order = parameters[record.name]
-            self._writer.add_record(
-                record.name,
-                record.stats.to_record(),
-                self._step,
-                tensor_type=record.tensor_type,
-                module_type=record.module_type,
-                order=order,
+            items.append(
+                RecordItem(
+                    record.name,
+                    record.stats.to_record(),
+                    record.tensor_type,
+                    record.module_type,
+                    order,
+                )
             )
+        self._writer.add_records(self._step, items)
 
     def flush(self) -> None:
         """Write everything recorded so far to disk."""

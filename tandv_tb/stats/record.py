@@ -170,10 +170,10 @@ class TensorStats:
 
     def to_record(self) -> NumericsRecord:
         """The contract's counts and statistics, with the histogram trimmed."""
-        nonzero = np.flatnonzero(self.hist)
+        nonzero = self.hist.nonzero()[0]
         if len(nonzero):
-            first, last = int(nonzero[0]), int(nonzero[-1])
-            bins_lo, counts = self.hist_lo + first, self.hist[first : last + 1].copy()
+            first, last = nonzero[0], nonzero[-1]
+            bins_lo, counts = self.hist_lo + int(first), self.hist[first : last + 1].copy()
         else:
             bins_lo, counts = 0, np.zeros(0, dtype=np.int64)
         return NumericsRecord(
@@ -186,8 +186,8 @@ class TensorStats:
             bins_lo=bins_lo,
             counts=counts,
             statistics=self._statistics(),
-            underflow={f: int(c) for f, c in zip(self.formats, self.underflow)},
-            overflow={f: int(c) for f, c in zip(self.formats, self.overflow)},
+            underflow=dict(zip(self.formats, self.underflow.tolist())),
+            overflow=dict(zip(self.formats, self.overflow.tolist())),
         )
 
     def _statistics(self) -> dict[str, float]:

@@ -23,7 +23,7 @@ from tandv_tb.tracking import (
     default_logdir,
     is_tracked_step,
 )
-from tandv_tb.writer import NumericsWriter
+from tandv_tb.writer import NumericsWriter, RecordItem
 
 
 class Tracker:
@@ -133,15 +133,13 @@ class Tracker:
             results = local + self._combiner.combine(*_unzip(r for r in results if r[0].combined))
         if self._writer is None:
             return
-        for entry, stats in results:
-            self._writer.add_record(
-                entry.name,
-                stats.to_record(),
-                self._step,
-                tensor_type=entry.tensor_type,
-                module_type=entry.module_type,
-                order=entry.order,
-            )
+        self._writer.add_records(
+            self._step,
+            (
+                RecordItem(e.name, stats.to_record(), e.tensor_type, e.module_type, e.order)
+                for e, stats in results
+            ),
+        )
 
     def flush(self) -> None:
         """Write everything recorded so far to disk."""

@@ -1,0 +1,76 @@
+"""An append-only TensorBoard event file, written in the caller's thread.
+
+Each ``Event`` is framed as TensorBoard's readers expect (``uint64 length``, ``uint32
+masked crc32c(length)``, the serialized event, ``uint32 masked crc32c(data)``) and appended
+with one ``write`` to the file, opened for that write alone. So every event reaches the
+operating system before ``write`` returns (a killed process loses nothing written; a
+crash mid-write leaves at most a half-written last record, which readers skip), and an
+error of the disk (ENOSPC) is raised to the caller at once.
+
+Why not TensorBoard's ``EventFileWriter``: its records are checksummed in pure Python in a
+background thread that holds the interpreter lock for about 0.4 us a byte, which was a
+third of a tracked step's writing cost. ``google_crc32c`` computes the same checksum in C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import socket
+import struct
+import time
+
+import google_crc32c
+from tensorboard.compat.proto import event_pb2
+
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_SEQUENCE = itertools.count()
+#: The first event of every file: the format version TensorBoard's readers check.
+FILE_VERSION = "brain.Event:2"
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TensorFlow's masked CRC-32C of ``data``: the CRC rotated right by 15 bits plus a
+    constant, so that a CRC of bytes that themselves hold CRCs stays well mixed."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(data: bytes) -> bytes:
+    """One record of an event file holding ``data`` (a serialized ``Event``)."""
+    length = _LENGTH.pack(len(data))
+    return b"".join(
+        (length, _CRC.pack(masked_crc32c(length)), data, _CRC.pack(masked_crc32c(data)))
+    )
+
+
+class EventFile:
+    """A new event file in ``logdir`` (created with the directory if need be), named as
+    TensorBoard names its own: ``events.out.tfevents.<time>.<host>.<pid>.<n>``."""
+
+    def __init__(self, logdir: str) -> None:
+        os.makedirs(logdir, exist_ok=True)
+        name = (
+            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
+            f"{os.getpid()}.{next(_SEQUENCE)}"
+        )
+        self.logdir = logdir
+        self.path = os.path.join(logdir, name)
+        with open(self.path, "xb"):
+            pass
+        try:
+            self.write(event_pb2.Event(wall_time=time.time(), file_version=FILE_VERSION))
+        except OSError:
+            with contextlib.suppress(OSError):  # no litter of empty files on a full disk
+                os.remove(self.path)
+            raise
+
+    def write(self, event: event_pb2.Event) -> None:
+        """Append one event (raises the disk's error, if any)."""
+        record = frame(event.SerializeToString())
+        with open(self.path, "ab", buffering=0) as file:
+            written = file.write(record)
+        if written != len(record):
+            raise OSError(f"wrote {written} of {len(record)} bytes to {self.path}")
