@@ -143,19 +143,51 @@ def _leb128(bits):
 def decode_varints(data: np.ndarray) -> np.ndarray:
     """The int64 values of concatenated LEB128 varints (uint8 array); ``ValueError`` if the
     last one is cut off or one is longer than 10 bytes."""
-    data = np.asarray(data, dtype=np.uint8).reshape(-1)
-    if data.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = data < 0x80
-    if not ends[-1]:
+    data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
+    values, _ = decode_varint_parts(data, np.array([data.size], dtype=np.int64))
+    return values
+
+
+def decode_varint_parts(data: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The int64 values of consecutive parts of ``data`` (uint8), part i being the next
+    ``sizes[i]`` bytes, each holding whole varints, and the number of values of each part;
+    ``ValueError`` if a part's last varint is cut off or one is longer than 10 bytes."""
+    values, counts, status = _unleb128(data, sizes)
+    if status == 1:
         raise ValueError("a numerics tensor's last varint is cut off")
-    starts = np.concatenate(([0], np.flatnonzero(ends)[:-1] + 1))
-    owner = np.cumsum(ends) - ends
-    shift = np.arange(data.size) - starts[owner]
-    if shift.max() >= 10:
+    if status == 2:
         raise ValueError("a numerics tensor holds a varint longer than 10 bytes")
-    parts = (data & 0x7F).astype(np.uint64) << (7 * shift).astype(np.uint64)
-    return np.bitwise_or.reduceat(parts, starts).view(np.int64)
+    return values.view(np.int64), counts
+
+
+@numba.njit(cache=True, nogil=True)
+def _unleb128(data, sizes):
+    """``_leb128`` undone part by part: (values as uint64, values per part, status), status
+    0 when every part ends with a whole varint, 1 when one is cut off, 2 when a varint has
+    more than 10 bytes."""
+    values = np.empty(len(data), dtype=np.uint64)  # at most one value a byte
+    counts = np.zeros(len(sizes), dtype=np.int64)
+    n = pos = 0
+    for part in range(len(sizes)):
+        end = pos + sizes[part]
+        while pos < end:
+            value = np.uint64(0)
+            shift = 0
+            while True:
+                if pos == end:
+                    return values[:0], counts, 1
+                if shift == 70:
+                    return values[:0], counts, 2
+                byte = np.uint64(data[pos])
+                pos += 1
+                value |= (byte & np.uint64(0x7F)) << np.uint64(shift)
+                shift += 7
+                if byte < 0x80:
+                    break
+            values[n] = value
+            n += 1
+            counts[part] += 1
+    return values[:n], counts, 0
 
 
 def tensor_proto(values: np.ndarray) -> tensor_pb2.TensorProto:

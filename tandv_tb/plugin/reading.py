@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import operator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -24,7 +25,7 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.data import provider as tb_provider
 from tensorboard.util import tensor_util
 
-from tandv_tb.summary import decode_varints, stored_vector
+from tandv_tb.summary import decode_varint_parts, stored_vector
 
 logger = logging.getLogger(__name__)
 
@@ -165,12 +166,16 @@ def _read_chunk(stub, experiment_id: str, plugin_name: str, run: str, tags: list
     return found
 
 
+_DTYPE_AND_CONTENT = operator.attrgetter("dtype", "tensor_content")
+
+
 def _gather(steps, wall_times, values) -> RawSeries:
     """The stored vectors of all steps in one pass: the varint bytes (version 2) joined and
     decoded at once, or the ``int64_val`` (version 1) chained. Anything else (a mix, another
     encoding, damaged bytes) goes step by step through ``make_ndarray``."""
-    if all(v.dtype == types_pb2.DT_UINT8 and v.tensor_content for v in values):
-        found = _gather_varints(steps, wall_times, values)
+    fields = list(map(_DTYPE_AND_CONTENT, values))
+    if all(dtype == types_pb2.DT_UINT8 and content for dtype, content in fields):
+        found = _gather_varints(steps, wall_times, values, [content for _, content in fields])
         if found is not None:
             return found
     elif all(
@@ -191,23 +196,20 @@ def _gather(steps, wall_times, values) -> RawSeries:
     return from_arrays(list(steps), list(wall_times), arrays)
 
 
-def _gather_varints(steps, wall_times, values) -> RawSeries | None:
+def _gather_varints(steps, wall_times, values, contents: list[bytes]) -> RawSeries | None:
     """Decode the joined varint bytes of all steps; None if a step's bytes are damaged
     (its last varint cut off, a shape that does not match), for the step-by-step path."""
-    sizes = np.fromiter((len(v.tensor_content) for v in values), np.int64, len(values))
-    shapes = [v.tensor_shape.dim for v in values]
-    if any(len(dims) != 1 or dims[0].size != size for dims, size in zip(shapes, sizes)):
-        return None
-    data = np.frombuffer(b"".join(v.tensor_content for v in values), np.uint8)
-    ends = data < 0x80
-    if not ends[np.cumsum(sizes) - 1].all():
+    sizes = np.fromiter(map(len, contents), np.int64, len(contents))
+    if any(len(dims) != 1 or dims[0].size != size for dims, size in zip(map(_DIMS, values), sizes)):
         return None
     try:
-        flat = decode_varints(data)
+        flat, lengths = decode_varint_parts(np.frombuffer(b"".join(contents), np.uint8), sizes)
     except ValueError:
         return None
-    counted = np.concatenate(([0], np.cumsum(ends)))[np.concatenate(([0], np.cumsum(sizes)))]
-    return _raw(steps, wall_times, np.diff(counted), flat)
+    return _raw(steps, wall_times, lengths, flat)
+
+
+_DIMS = operator.attrgetter("tensor_shape.dim")
 
 
 def _raw(steps, wall_times, lengths: np.ndarray, flat: np.ndarray) -> RawSeries:
