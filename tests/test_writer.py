@@ -347,7 +347,7 @@ def test_interpreter_exit_flushes_without_close(tmp_path):
         tmp_path,
         """
         writer = w.NumericsWriter("logs")
-        for step in range(2000):  # more than the writer thread drains before exit
+        for step in range(2000):  # none may be left behind at exit
             writer.add_record("x", record, step)
     """,
     )
