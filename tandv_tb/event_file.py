@@ -48,13 +48,15 @@ def frame(data: bytes) -> bytes:
 
 class EventFile:
     """A new event file in ``logdir`` (created with the directory if need be), named as
-    TensorBoard names its own: ``events.out.tfevents.<time>.<host>.<pid>.<n>``."""
+    TensorBoard names its own plus a suffix, ``events.out.tfevents.<time>.<host>.<pid>.<n>
+    .tandv``, so that it never takes the name of a ``SummaryWriter``'s file made in the same
+    second by the same process (whose counter also starts at 0)."""
 
     def __init__(self, logdir: str) -> None:
         os.makedirs(logdir, exist_ok=True)
         name = (
             f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
-            f"{os.getpid()}.{next(_SEQUENCE)}"
+            f"{os.getpid()}.{next(_SEQUENCE)}.tandv"
         )
         self.logdir = logdir
         self.path = os.path.join(logdir, name)

@@ -13,6 +13,7 @@ import torch
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tb_crc
 from torch import nn
+from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import NumericsWriter
 from tandv_tb.event_file import EventFile, masked_crc32c
@@ -34,6 +35,21 @@ def test_a_new_file_is_named_as_tensorboard_names_its_own_and_starts_with_the_ve
     assert name.startswith("events.out.tfevents.") and f".{os.getpid()}." in name
     assert not check_event_file(Path(events.path))  # whole, version event first
     assert EventFile(str(tmp_path / "new" / "run")).path != events.path
+
+
+def test_a_summary_writer_and_a_tracker_on_one_logdir_keep_their_own_files(tmp_path):
+    """Made in the same second by the same process, TensorBoard's file and ours would have
+    the same name but for tandv_tb's suffix; neither may overwrite the other."""
+    user = SummaryWriter(tmp_path)
+    numerics = NumericsWriter(tmp_path)
+    numerics.add_numerics("x", np.ones(4, np.float32), 0)
+    user.add_scalar("loss", 1.5, 0)
+    user.close()
+    numerics.close()
+    files = event_files(tmp_path)
+    assert len(files) == 2
+    tags = {v.tag for f in files for e in EventFileLoader(str(f)).Load() for v in e.summary.value}
+    assert tags == {"loss", "tandv/Activation/x"}
 
 
 def test_each_add_records_call_is_one_event_holding_every_tag(tmp_path):
