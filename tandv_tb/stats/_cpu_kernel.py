@@ -342,10 +342,11 @@ def compute_cpu(
 
     An array of at least two parts of ``_MIN_PART`` values is split between this thread and
     up to ``threads - 1`` plain threads (default: one per core; the kernel drops the GIL) and
-    the parts merged exactly. Trackers pass ``threads=1`` inside a training step: there,
-    torch's own OpenMP workers keep spinning on the other cores for a while after each
-    operation, and the split was measured slower (225 vs 180 ms a step on the reference
-    workload).
+    the parts merged exactly. The torch tracker passes ``threads=1`` inside a training step
+    (in its module hooks): there, torch's own OpenMP workers keep spinning on the other
+    cores for a while after each operation, and the split was measured slower (225 vs 180
+    ms a step on the reference workload). At ``step()`` (weights, optimizer state) it
+    splits.
     """
     values = np.ascontiguousarray(values).reshape(-1)
     bits = values.view(np.int64 if values.dtype == np.float64 else np.int32)
