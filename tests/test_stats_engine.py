@@ -1,7 +1,9 @@
 """The statistics engine against the independent numpy/ml_dtypes reference.
 
 Every source (numpy, torch on the CPU kernel, torch on the accelerator kernel run on the
-CPU, jax, jax under ``jax.jit``) and every float dtype, on crafted and on random tensors.
+CPU, jax, jax under ``jax.jit`` (on the CPU: the CPU kernel as an XLA FFI call), the
+accelerator kernel under ``jax.jit``) and every float dtype, on crafted and on random
+tensors.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 
 from tandv_tb import formats as fmt
 from tandv_tb.stats import engine
-from tandv_tb.stats._array_kernel import TorchOps, compute_arrays
+from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats.record import TensorStats
 from tests.reference import assert_matches, crafted, random_binades, reference, torch_tensor
 
@@ -32,7 +34,7 @@ FORMATS = (
     "float6_e3m2fn",
     "float8_e8m0fnu",
 )
-SOURCES = ["numpy", "torch", "torch-device-kernel", "jax", "jax-jit"]
+SOURCES = ["numpy", "torch", "torch-device-kernel", "jax", "jax-jit", "jax-jit-device-kernel"]
 
 
 def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
@@ -51,6 +53,9 @@ def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
     if source == "jax-jit":
         pending = _jitted(formats)(jnp.asarray(values))
         return TensorStats.unpack(dtype, formats, np.asarray(pending[0]), np.asarray(pending[1]))
+    if source == "jax-jit-device-kernel":
+        pending = _jitted_device_kernel(dtype, formats)(jnp.asarray(values))
+        return TensorStats.unpack(dtype, formats, np.asarray(pending[0]), np.asarray(pending[1]))
     raise AssertionError(source)
 
 
@@ -63,9 +68,18 @@ def _jitted(formats):
     return jax.jit(kernel)
 
 
+@functools.cache
+def _jitted_device_kernel(dtype, formats):
+    def kernel(x):
+        return compute_arrays(JaxOps(), engine._jax_values(x, dtype), dtype, formats)
+
+    return jax.jit(kernel)
+
+
 def _float32_sums(source: str, dtype: str) -> bool:
-    """Sources whose moments are summed in float32 (the array kernel on float32 data)."""
-    return source in ("torch-device-kernel", "jax-jit") and dtype != "float64"
+    """Sources whose moments are summed, or handed out, in float32 (the array kernel on
+    float32 data; jax without x64 under ``jax.jit``)."""
+    return source.startswith(("torch-device-kernel", "jax-jit")) and dtype != "float64"
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -236,13 +250,62 @@ def test_all_subnormal_tensor_keeps_its_statistics(source):
     assert_matches(stats_from(source, values), values, FORMATS, rtol=1e-6)
 
 
-def test_flush_denormal_mode_does_not_hide_subnormals():
-    values = crafted("float32")
+@pytest.mark.parametrize(
+    "values",
+    [
+        crafted("float32"),
+        crafted("float64"),
+        np.array([1e-40, -3e-41, 2e-45, 0.0, 5e-39], dtype=np.float32),
+        np.array([1.5e-38, 1e-40, -3e-41, 1.2e-38, np.nan], dtype=np.float32),
+    ],
+)
+def test_flush_denormal_mode_does_not_hide_subnormals(values):
+    """With subnormal operands read as 0 (``torch.set_flush_denormal``; XLA's CPU threads
+    run so too) counts, bins and statistics still see every subnormal."""
     torch.set_flush_denormal(True)
     try:
-        stats = engine.tensor_stats(torch_tensor(values), FORMATS).to_record()
+        stats = engine.tensor_stats(torch_tensor(values), FORMATS)
     finally:
         torch.set_flush_denormal(False)
-    ref = reference(values, FORMATS)
-    assert stats.exponent_histogram() == ref["bins"]
-    assert stats.zero_count == ref["zero_count"] and stats.underflow == ref["underflow"]
+    assert_matches(stats, values, FORMATS, rtol=1e-9)
+
+
+def test_jit_on_the_cpu_runs_the_cpu_kernel_as_an_ffi_call():
+    """Lowered for the CPU (one device), a jitted ``engine.compute`` calls the compiled CPU
+    kernel (an XLA custom call), not the array kernel's scatter."""
+    hlo = _jitted(FORMATS[:2]).lower(jnp.zeros(1000, jnp.float32)).as_text()
+    assert "tandv_stats_float32" in hlo and "scatter" not in hlo
+    device_hlo = _jitted_device_kernel("float32", FORMATS[:2]).lower(jnp.zeros(1000)).as_text()
+    assert "tandv_stats" not in device_hlo
+
+
+_X64_CHECK = """
+import jax, jax.numpy as jnp, numpy as np
+from tandv_tb.stats import engine
+from tandv_tb.stats.record import TensorStats
+from tests.reference import assert_matches, crafted
+formats = ("float8_e4m3fn", "bfloat16", "float8_e8m0fnu")
+for dtype in ("float64", "float32", "bfloat16"):
+    values = crafted(dtype)
+    counts, moments = jax.jit(
+        lambda x: (lambda p: (p.counts, p.moments))(engine.compute(x, formats))
+    )(jnp.asarray(values))
+    assert counts.dtype == jnp.int64 and moments.dtype == jnp.float64, (counts, moments)
+    stats = TensorStats.unpack(dtype, formats, np.asarray(counts), np.asarray(moments))
+    assert_matches(stats, values, formats, rtol=1e-9)
+print("ok")
+"""
+
+
+def test_jit_with_x64_gives_float64_statistics(tmp_path):
+    """Under ``jax_enable_x64`` the FFI call hands out int64 counts and float64 moments:
+    float64 arrays and float32 ones match the reference to float64 rounding."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JAX_ENABLE_X64": "1", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", _X64_CHECK], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

@@ -174,14 +174,33 @@ def _power_sums(values, inverse, shift):
 
 
 @numba.njit(cache=True, nogil=True)
+def _scaled_with_subnormals(values, bits, sign_mask, min_normal, inverse, unit):
+    """The values scaled as in ``_power_sums``, for a block that holds subnormals: each
+    subnormal is taken as its integer mantissa (a normal float) times ``unit``, so that a
+    CPU that treats subnormal operands as 0 (XLA's threads, ``torch.set_flush_denormal``)
+    still counts it. NaN and Inf stay as they are (``_power_sums`` leaves them out)."""
+    scaled = np.empty(len(values))
+    for i in range(len(values)):
+        magnitude = bits[i] & sign_mask
+        if magnitude < min_normal:
+            s = np.float64(magnitude) * unit
+            scaled[i] = -s if bits[i] < 0 else s
+        else:
+            scaled[i] = np.float64(values[i]) * inverse
+    return scaled
+
+
+@numba.njit(cache=True, nogil=True)
 def _scale_exponent(largest, mant_bits, bias):
     """e with 2**e at or below the positive float whose bit pattern is ``largest``, clamped
-    so that 2**-e stays a normal float64 (for subnormal maxima)."""
+    so that 2**-e stays a normal float64 (for subnormal maxima, and for float64 maxima from
+    2**1023 on, whose scaled values then stay below 4): flush-to-zero mode would read a
+    subnormal 2**-e as 0."""
     field = largest >> mant_bits
     exponent = field - bias
     if field == 0:
         exponent = _bit_length(largest) - bias - mant_bits
-    return max(-1022, exponent)
+    return max(-1022, min(1022, exponent))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -193,13 +212,16 @@ def _first_finite(values):
 
 
 @numba.njit(cache=True, nogil=True)
-def _add_block_moments(values, largest, count, mant_bits, bias, running):
+def _add_block_moments(
+    values, bits, subnormals, sign_mask, largest, count, mant_bits, bias, running
+):
     """Merges one block's moments into ``running`` = [scale exponent, finite count, sum s,
     sum |s|, sum s**2, sum s**4, sum s**8, mean s, M2 of s], s being x / 2**exponent.
 
     The block is scaled at its own maximum and shifted by its first finite value, whose
     deviation from the block's mean is bounded by the block's spread; the running sums
-    move to the larger of the two scales (exact powers of two)."""
+    move to the larger of the two scales (exact powers of two). A block with
+    ``subnormals`` reads them through their bit patterns."""
     exponent = running[0]
     if largest > 0:
         block_exponent = _scale_exponent(largest, mant_bits, bias)
@@ -216,8 +238,14 @@ def _add_block_moments(values, largest, count, mant_bits, bias, running):
     else:
         block_exponent = exponent  # only zeros: nothing to scale
     inverse = math.ldexp(1.0, -int(block_exponent)) if block_exponent > _NO_SCALE else 1.0
-    shift = _first_finite(values) * inverse
-    s1, s_abs, s2, s4, s8, d1, d2 = _power_sums(values, inverse, shift)
+    if subnormals:
+        unit = math.ldexp(1.0, int(1 - bias - mant_bits - block_exponent))
+        min_normal = bits.dtype.type(1 << mant_bits)
+        scaled = _scaled_with_subnormals(values, bits, sign_mask, min_normal, inverse, unit)
+        sums = _power_sums(scaled, 1.0, _first_finite(scaled))
+    else:
+        sums = _power_sums(values, inverse, _first_finite(values) * inverse)
+    s1, s_abs, s2, s4, s8, d1, d2 = sums
     f = math.ldexp(1.0, int(block_exponent - exponent))
     f2 = f * f
     f4 = f2 * f2
@@ -288,7 +316,17 @@ def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bi
             )
         if finite:
             block_values = values[lo : lo + _BLOCK]
-            _add_block_moments(block_values, extremes[0], finite, mant_bits, bias, running)
+            _add_block_moments(
+                block_values,
+                block_bits,
+                subnormals,
+                sign_mask,
+                extremes[0],
+                finite,
+                mant_bits,
+                bias,
+                running,
+            )
     counts[0] = len(bits)
     for field in range(1, fields.shape[1] - 1):  # normal binades: exponent = field - bias
         hist[field - bias - hist_lo] += fields[0, field] + fields[1, field]
@@ -374,9 +412,29 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _unpack(compute_dtype, dtype, formats, counts, moments, extremes_bits) -> TensorStats:
-    """TensorStats from the kernel's outputs: extremes turn from bit patterns into values
-    (a pattern at or above Inf's means "none": 0 for the maximum, Inf for the minima)."""
-    int_type = np.int64 if compute_dtype == np.float64 else np.int32
-    extremes = extremes_bits.astype(int_type).view(compute_dtype).astype(np.float64)
-    extremes[~np.isfinite(extremes)] = np.inf
+    """TensorStats from the kernel's outputs (``extreme_values``)."""
+    mant_bits = 52 if compute_dtype == np.float64 else 23
+    extremes = extreme_values(extremes_bits, mant_bits)
     return TensorStats.unpack(dtype, formats, counts, np.concatenate([moments, extremes]))
+
+
+@numba.njit(cache=True, nogil=True)
+def extreme_values(patterns, mant_bits):
+    """The kernel's extremes, bit patterns of float32 or float64 (``mant_bits`` 23 or 52),
+    as float64 values; a pattern at or above Inf's means "none" and gives Inf. Exact with
+    subnormal operands read as 0 (flush-to-zero mode): a float32 pattern is converted
+    through its integer mantissa, a float64 one only reinterpreted."""
+    values = np.empty(len(patterns))
+    for k in range(len(patterns)):
+        pattern = np.int64(patterns[k])
+        field = pattern >> mant_bits
+        mantissa = pattern & ((np.int64(1) << mant_bits) - 1)
+        if field >= (2047 if mant_bits == 52 else 255):
+            values[k] = np.inf
+        elif mant_bits == 52:
+            values[k] = np.array([pattern]).view(np.float64)[0]
+        elif field == 0:
+            values[k] = math.ldexp(np.float64(mantissa), -149)
+        else:
+            values[k] = math.ldexp(np.float64(mantissa | (1 << 23)), int(field) - 150)
+    return values

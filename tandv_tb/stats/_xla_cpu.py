@@ -1,0 +1,227 @@
+"""The CPU kernel inside ``jax.jit`` programs: an XLA FFI call that runs ``_cpu_kernel``.
+
+On the CPU the arrays of a jitted program are in host memory already, so the compiled
+(numba) kernel can read them in place: an XLA custom call (typed FFI; one target per
+compute dtype, ``tandv_stats_float32`` and ``tandv_stats_float64``) whose handler is a
+numba ``cfunc``. It runs in the compiled program like any other operation: no host
+callback, no copy, and about twice as fast as the branch-free array kernel under XLA's
+CPU backend, whose histogram is a scalar scatter.
+
+The handler reads XLA's C structures (``xla/ffi/api/c_api.h``, API 0.x, as shipped in
+``jax.ffi.include_dir()``) as 64-bit words: the call frame's stage, arguments and results,
+and each buffer's dtype, data and dims. It answers XLA's metadata query with the API
+version it was written against; registration first checks the major version of jax's
+headers and, if it differs, keeps the array kernel (with a warning). The formats'
+thresholds and the histogram's range come in as two small constant operands. The outputs
+are the array kernel's: the counts vector (int32, or int64 under ``jax_enable_x64``) and
+the moments vector (float32 or float64), so everything downstream is the same. XLA runs
+its CPU threads in flush-to-zero mode; the kernel reads subnormals through their bit
+patterns and the float32 outputs are rounded with integer arithmetic, so none is lost.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+
+from tandv_tb import formats as fmt
+from tandv_tb.stats import _cpu_kernel
+from tandv_tb.stats.record import engine_layout
+
+#: The FFI API version the handler implements (``XLA_FFI_API_MAJOR``/``MINOR``).
+_API_MAJOR, _API_MINOR = 0, 3
+#: Enumerations of ``c_api.h``.
+_METADATA_EXTENSION, _EXECUTE = 1, 3
+_S64, _F64 = 5, 12
+#: Call frame words: [1] extension_start, [4] stage, [7] argument count, [9] argument
+#: pointers, [12] result count, [14] result pointers. Buffer words: [2] dtype, [3] data,
+#: [4] rank, [5] dims.
+_FRAME_WORDS, _BUFFER_WORDS = 15, 6
+
+
+@intrinsic
+def _pointer(typingctx, address):
+    """The ``void*`` at an integer address."""
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
+
+    return types.voidptr(types.int64), codegen
+
+
+@numba.njit(inline="always")
+def _words(address, n):
+    return numba.carray(_pointer(address), (n,), np.int64)
+
+
+@numba.njit(inline="always")
+def _low32(word):
+    return word & 0xFFFFFFFF
+
+
+@numba.njit(cache=True)
+def _answer_metadata(extension):
+    """Fills the XLA_FFI_Metadata that the extension points to: the API version (a
+    24-byte XLA_FFI_Api_Version at byte 8, its major and minor at bytes 24 and 28) and no
+    traits (byte 32)."""
+    metadata = _words(extension, 4)[3]
+    words = _words(metadata, 3)
+    words[1] = 24
+    words[2] = 0
+    ints = numba.carray(_pointer(metadata), (9,), np.int32)
+    ints[6] = _API_MAJOR
+    ints[7] = _API_MINOR
+    ints[8] = 0
+
+
+@numba.njit(cache=True)
+def _float32_bits(value):
+    """The bit pattern of a float64 rounded to float32, worked out with integer arithmetic
+    where the float32 is subnormal: XLA runs its CPU threads in flush-to-zero mode, which
+    would turn such a conversion into 0."""
+    magnitude = abs(value)
+    if magnitude == 0.0 or magnitude >= 2.0**-126 or not np.isfinite(value):
+        return np.array([np.float32(value)]).view(np.int32)[0]
+    bits = np.int32(np.rint(math.ldexp(magnitude, 149)))  # the mantissa, 2**-149 a unit
+    return bits | np.int32(-(2**31)) if value < 0 else bits
+
+
+@numba.njit(cache=True)
+def _handler(frame_pointer, float_type, int_type, sign_mask, inf_bits, mant_bits, bias):
+    """``XLA_FFI_Error* (XLA_FFI_CallFrame*)`` for a call ``(values, thresholds, layout) ->
+    (counts, moments)``; ``layout`` holds the histogram's lowest exponent and its bins."""
+    frame = numba.carray(frame_pointer, (_FRAME_WORDS,), np.int64)
+    if frame[1] != 0 and _low32(_words(frame[1], 2)[1]) == _METADATA_EXTENSION:
+        _answer_metadata(frame[1])
+        return _pointer(0)
+    if _low32(frame[4]) != _EXECUTE:
+        return _pointer(0)
+    arguments = _words(frame[9], 3)
+    source = _words(arguments[0], _BUFFER_WORDS)
+    n = _words(source[5], 1)[0]
+    values = numba.carray(_pointer(source[3]), (n,), float_type)
+    bits = numba.carray(_pointer(source[3]), (n,), int_type)
+    table = _words(arguments[1], _BUFFER_WORDS)
+    n_formats = _words(table[5], 2)[0]
+    thresholds = np.empty((n_formats, 7), np.int64)
+    thresholds[:] = numba.carray(_pointer(table[3]), (n_formats, 7), int_type)
+    layout = numba.carray(_pointer(_words(arguments[2], _BUFFER_WORDS)[3]), (2,), np.int32)
+    hist_lo, n_bins = np.int64(layout[0]), np.int64(layout[1])
+    counts, moments, extremes = _cpu_kernel._summarise(
+        values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds
+    )
+    results = _words(frame[14], 2)
+    counts_out = _words(results[0], _BUFFER_WORDS)
+    moments_out = _words(results[1], _BUFFER_WORDS)
+    if _low32(counts_out[2]) == _S64:
+        numba.carray(_pointer(counts_out[3]), (len(counts),), np.int64)[:] = counts
+    else:
+        numba.carray(_pointer(counts_out[3]), (len(counts),), np.int32)[:] = counts
+    statistics = np.concatenate((moments, _cpu_kernel.extreme_values(extremes, mant_bits)))
+    moments_to = _pointer(moments_out[3])
+    if _low32(moments_out[2]) == _F64:
+        numba.carray(moments_to, (10,), np.float64)[:] = statistics
+    else:
+        out = numba.carray(moments_to, (10,), np.int32)
+        for k in range(10):
+            out[k] = _float32_bits(statistics[k])
+    return _pointer(0)
+
+
+_SIGNATURE = types.voidptr(types.voidptr)
+
+
+def _float32_handler(frame_pointer):
+    return _handler(
+        frame_pointer, np.float32, np.int32, np.int32(0x7FFFFFFF), np.int32(0x7F800000), 23, 127
+    )
+
+
+def _float64_handler(frame_pointer):
+    return _handler(
+        frame_pointer,
+        np.float64,
+        np.int64,
+        np.int64(0x7FFFFFFFFFFFFFFF),
+        np.int64(0x7FF0000000000000),
+        52,
+        1023,
+    )
+
+
+_HANDLERS = {"float32": _float32_handler, "float64": _float64_handler}
+#: The compiled handlers, kept alive as long as any program may call them.
+_compiled: list = []
+
+
+def ready() -> bool:
+    """Whether the FFI targets are registered (on first use; if that fails, or jax's FFI
+    headers have another major version than the handler reads, the reason is warned once
+    and the caller keeps the array kernel)."""
+    try:
+        _register()
+    except Exception as error:  # a jax without this FFI API, for one
+        _warn_once(f"{type(error).__name__}: {error}")
+        return False
+    return True
+
+
+@functools.cache
+def _warn_once(reason: str) -> None:
+    warnings.warn(
+        f"tandv_tb: the CPU kernel cannot run inside jax.jit here ({reason}); "
+        "the slower array kernel is used",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+@functools.cache
+def _register() -> None:
+    import ctypes
+    import pathlib
+    import re
+
+    import jax
+
+    header = pathlib.Path(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h").read_text()
+    major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", header)
+    if major is None or int(major.group(1)) != _API_MAJOR:
+        raise RuntimeError(f"XLA FFI API major version {major and major.group(1)}, not 0")
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    for compute, function in _HANDLERS.items():
+        handler = numba.cfunc(_SIGNATURE, cache=True)(function)  # compiled on first use
+        _compiled.append(handler)
+        capsule = new_capsule(handler.address, None, None)
+        jax.ffi.register_ffi_target(f"tandv_stats_{compute}", capsule, platform="cpu")
+
+
+def compute(values, dtype: str, formats: tuple[str, ...]):
+    """(counts, moments) of a flat float32/float64 jax array (widened from ``dtype``), in
+    the calling program."""
+    import jax
+    import jax.numpy as jnp
+
+    _register()
+    compute_dtype = "float64" if dtype == "float64" else "float32"
+    n_counts, n_moments = engine_layout(dtype, formats)
+    wide = jax.config.jax_enable_x64
+    shapes = (
+        jax.ShapeDtypeStruct((n_counts,), jnp.int64 if wide else jnp.int32),
+        jax.ShapeDtypeStruct((n_moments,), jnp.float64 if wide else jnp.float32),
+    )
+    thresholds = _cpu_kernel.threshold_bits(dtype, formats, compute_dtype == "float64")
+    if compute_dtype == "float32":
+        thresholds = thresholds.astype(np.int32)
+    info = fmt.info(dtype)
+    layout = np.array([info.min_exponent, info.n_bins], np.int32)
+    call = jax.ffi.ffi_call(f"tandv_stats_{compute_dtype}", shapes, vmap_method="sequential")
+    return call(jax.lax.stop_gradient(values), thresholds, layout)
