@@ -11,7 +11,9 @@ only the module outputs (``Activation``, ``Gradient``) and only the pytrees give
 all in one run. The variants take turns, one window of steps each per round, so that the
 machine's load changes hit them alike; compilation is excluded (all are warmed up first).
 
-Run: ``.venv/bin/python bench/overhead_jax.py [--rounds N] [--window STEPS]``
+``--kernels`` first times one array's statistics inside ``jax.jit`` (``kernels``).
+
+Run: ``.venv/bin/python bench/overhead_jax.py [--rounds N] [--window STEPS] [--kernels]``
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import linen as nn
 
@@ -157,11 +160,49 @@ def overhead(rounds: int, window: int = 10) -> dict[str, float]:
     return {label: statistics.median(values) for label, values in times.items()}
 
 
+def kernels(repeats: int = 30) -> None:
+    """Best time of one array's statistics inside ``jax.jit``: the CPU kernel as an XLA
+    FFI call (what a jitted program on the CPU runs) against the branch-free array kernel
+    (what runs on accelerators and with several devices), and the numba kernel outside jit
+    for reference; 2**19 and 2**21 float32 values (an activation and a feed-forward
+    activation of the workload), without and with two float8 formats."""
+    from tandv_tb.stats import _array_kernel, _xla_cpu, engine
+
+    def best(fn, x) -> float:
+        jax.block_until_ready(fn(x))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(x))
+            times.append(time.perf_counter() - start)
+        return min(times) * 1000
+
+    print("| values | formats | FFI call (CPU kernel) | array kernel | numba, outside jit |")
+    print("| --- | --- | --- | --- | --- |")
+    for n in (1 << 19, 1 << 21):
+        x = jax.random.normal(jax.random.PRNGKey(0), (n,), jnp.float32) * 3
+        for formats in ((), ("float8_e4m3fn", "float8_e5m2")):
+            ffi = jax.jit(lambda v, f=formats: _xla_cpu.compute(v * 1, "float32", f))
+            array = jax.jit(
+                lambda v, f=formats: _array_kernel.compute_arrays(
+                    engine._jax_ops(), v * 1, "float32", f
+                )
+            )
+            numba_ms = best(lambda v, f=formats: engine.compute(v, f, threads=1), np.asarray(x))
+            print(
+                f"| {n:,} | {len(formats) or 'none'} | {best(ffi, x):.2f} ms | "
+                f"{best(array, x):.2f} ms | {numba_ms:.2f} ms |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="timed windows per variant")
     parser.add_argument("--window", type=int, default=10, help="steps per window")
+    parser.add_argument("--kernels", action="store_true", help="also time the kernels alone")
     args = parser.parse_args()
+    if args.kernels:
+        kernels()
     print(
         f"jax {jax.__version__}, {jax.devices()[0].platform}, {args.rounds} rounds of "
         f"{args.window}-step windows"
