@@ -109,6 +109,21 @@ def test_random_millions_spanning_60_binades(source, dtype):
     assert_matches(stats, values, FORMATS, rtol, ref)
 
 
+def test_cpu_kernel_counts_past_a_flush_of_its_int32_counters():
+    """The kernel counts keys in int32 tables that it adds into int64 totals every
+    ``_FLUSH_BLOCKS`` blocks: an array that spans a flush is counted exactly."""
+    from tandv_tb.stats import _cpu_kernel
+
+    n = _cpu_kernel._FLUSH_BLOCKS * _cpu_kernel._BLOCK + 12_345
+    values = random_binades("float32", n, binades=40, seed=7)
+    values[::1001] = 0.0
+    stats = engine.compute(values, (), threads=1).ready
+    exponents = np.frexp(values[values != 0].astype(np.float64))[1] - 1
+    bins, counts = np.unique(exponents, return_counts=True)
+    assert stats.numel == n and stats.zero_count == np.count_nonzero(values == 0)
+    assert stats.to_record().exponent_histogram() == dict(zip(bins.tolist(), counts.tolist()))
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_cpu_kernel_gives_the_same_answer_on_any_number_of_threads(threads):
     values, ref = _random("float32")

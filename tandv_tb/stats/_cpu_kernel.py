@@ -27,33 +27,38 @@ from tandv_tb.stats.record import TensorStats
 _CORES = max(1, min(8, os.cpu_count() or 1))
 _MIN_PART = 1 << 16
 
-#: Values per block: 16 KiB of float32, so a block stays in the L1 cache between scans.
-_BLOCK = 4096
+#: Values per block: 64 KiB of float32, read from memory once and then scanned a few times
+#: from the L1/L2 caches (measured: 16,384 values 8% faster than 4,096).
+_BLOCK = 16384
+#: Blocks between two flushes of the int32 key counts into int64 totals (far fewer than
+#: 2**31 values reach one counter in between; a flush adds 4 x 512 or 4 x 4,096 counters).
+_FLUSH_BLOCKS = 1024
 #: Scale exponent of running sums that have seen no non-zero value yet.
 _NO_SCALE = -1100
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_fields(bits, fields):
-    """Adds the histogram of exponent fields to the four rows of ``fields``."""
-    if bits.itemsize == 4:  # constant shifts and masks: a third faster than variable ones
-        _count_fields_of(bits, 23, 0xFF, fields)
+def _count_keys(keys_bits, keys):
+    """Adds the histogram of sign-and-exponent keys (the bit pattern's top bits: 512 keys
+    for float32, 4,096 for float64) to the four rows of ``keys``."""
+    if keys_bits.itemsize == 4:  # constant shifts: a third faster than variable ones
+        _count_keys_of(keys_bits, 23, keys)
     else:
-        _count_fields_of(bits, 52, 0x7FF, fields)
+        _count_keys_of(keys_bits, 52, keys)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _count_fields_of(bits, mant_bits, field_mask, fields):
+def _count_keys_of(keys_bits, mant_bits, keys):
     """Four histograms (unrolled), so that runs of values in one binade do not wait on one
-    counter."""
-    whole = len(bits) // 4 * 4
+    counter; unsigned bits need no mask, and int32 counters keep the tables small."""
+    whole = len(keys_bits) // 4 * 4
     for i in range(0, whole, 4):
-        fields[0, (bits[i] >> mant_bits) & field_mask] += 1
-        fields[1, (bits[i + 1] >> mant_bits) & field_mask] += 1
-        fields[2, (bits[i + 2] >> mant_bits) & field_mask] += 1
-        fields[3, (bits[i + 3] >> mant_bits) & field_mask] += 1
-    for i in range(whole, len(bits)):
-        fields[0, (bits[i] >> mant_bits) & field_mask] += 1
+        keys[0, keys_bits[i] >> mant_bits] += 1
+        keys[1, keys_bits[i + 1] >> mant_bits] += 1
+        keys[2, keys_bits[i + 2] >> mant_bits] += 1
+        keys[3, keys_bits[i + 3] >> mant_bits] += 1
+    for i in range(whole, len(keys_bits)):
+        keys[0, keys_bits[i] >> mant_bits] += 1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -264,24 +269,26 @@ def _add_block_moments(
 
 
 @numba.njit(cache=True, nogil=True)
-def _rare_fields(fields):
-    """Values counted so far in the exponent fields of zeros/subnormals and of NaN/Inf."""
-    last = fields.shape[1] - 1
-    return (
-        fields[0, 0]
-        + fields[1, 0]
-        + fields[2, 0]
-        + fields[3, 0]
-        + fields[0, last]
-        + (fields[1, last] + fields[2, last] + fields[3, last])
-    )
+def _rare_keys(keys):
+    """Values counted so far under the keys of zeros/subnormals and of NaN/Inf (both
+    signs)."""
+    half = keys.shape[1] // 2
+    rare = 0
+    for row in range(4):
+        rare += keys[row, 0] + keys[row, half - 1] + keys[row, half] + keys[row, 2 * half - 1]
+    return rare
 
 
 @numba.njit(cache=True, nogil=True)
-def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds):
+def _summarise(
+    values, bits, keys_bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds
+):
     """The counts vector (``record.engine_layout``), the moments vector less its three
-    extremes, and the extremes as bit patterns, of one array."""
-    fields = np.zeros((4, (inf_bits >> mant_bits) + 1), np.int64)
+    extremes, and the extremes as bit patterns, of one array, given as floats and as
+    signed and unsigned integers of the same width."""
+    n_fields = (inf_bits >> mant_bits) + 1
+    keys = np.zeros((4, 2 * n_fields), np.int32)
+    totals = np.zeros((4, 2 * n_fields), np.int64)
     n_formats = thresholds.shape[0]
     counts = np.zeros(5 + n_bins + 2 * n_formats, np.int64)
     hist = counts[5 : 5 + n_bins]
@@ -290,11 +297,14 @@ def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bi
     largest, smallest, smallest_nonzero = bits.dtype.type(0), inf_bits, inf_bits
     running = np.zeros(9)
     running[0] = _NO_SCALE
-    for lo in range(0, len(bits), _BLOCK):
+    for block, lo in enumerate(range(0, len(bits), _BLOCK)):
+        if block % _FLUSH_BLOCKS == _FLUSH_BLOCKS - 1:
+            totals += keys
+            keys[:] = 0
         block_bits = bits[lo : lo + _BLOCK]
-        rare_before = _rare_fields(fields)
-        _count_fields(block_bits, fields)
-        if _rare_fields(fields) == rare_before:  # only normal values: the common case
+        rare_before = _rare_keys(keys)
+        _count_keys(keys_bits[lo : lo + _BLOCK], keys)
+        if _rare_keys(keys) == rare_before:  # only normal values: the common case
             block_largest, block_smallest = _extremes(block_bits, sign_mask)
             extremes = (block_largest, block_smallest, block_smallest)
             block_counts = (len(block_bits), 0, 0, 0, 0, 0)
@@ -328,9 +338,10 @@ def _summarise(values, bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bi
                 running,
             )
     counts[0] = len(bits)
-    for field in range(1, fields.shape[1] - 1):  # normal binades: exponent = field - bias
-        hist[field - bias - hist_lo] += fields[0, field] + fields[1, field]
-        hist[field - bias - hist_lo] += fields[2, field] + fields[3, field]
+    totals += keys
+    for field in range(1, n_fields - 1):  # normal binades: exponent = field - bias
+        for row in range(4):
+            hist[field - bias - hist_lo] += totals[row, field] + totals[row, n_fields + field]
     counts[5 + n_bins :] = casts.reshape(-1)
     moments = np.empty(7)
     moments[0] = math.ldexp(1.0, int(running[0])) if running[0] > _NO_SCALE else 1.0
@@ -387,18 +398,22 @@ def compute_cpu(
     splits.
     """
     values = np.ascontiguousarray(values).reshape(-1)
-    bits = values.view(np.int64 if values.dtype == np.float64 else np.int32)
+    wide = values.dtype == np.float64
+    bits = values.view(np.int64 if wide else np.int32)
+    keys_bits = values.view(np.uint64 if wide else np.uint32)
     constants = _constants(dtype, formats)
     parts = min(threads or _CORES, len(values) // _MIN_PART)
     if parts <= 1:
-        return _unpack(values.dtype, dtype, formats, *_summarise(values, bits, *constants))
+        summary = _summarise(values, bits, keys_bits, *constants)
+        return _unpack(values.dtype, dtype, formats, *summary)
     bounds = np.linspace(0, len(values), parts + 1).astype(np.int64)
     ranges = list(zip(bounds[:-1], bounds[1:]))
     jobs = [
-        _pool().submit(_summarise, values[lo:hi], bits[lo:hi], *constants) for lo, hi in ranges[1:]
+        _pool().submit(_summarise, values[lo:hi], bits[lo:hi], keys_bits[lo:hi], *constants)
+        for lo, hi in ranges[1:]
     ]
     lo, hi = ranges[0]
-    results = [_summarise(values[lo:hi], bits[lo:hi], *constants)]  # this thread's part
+    results = [_summarise(values[lo:hi], bits[lo:hi], keys_bits[lo:hi], *constants)]  # here
     results += [job.result() for job in jobs]
     stats = (_unpack(values.dtype, dtype, formats, *result) for result in results)
     return functools.reduce(TensorStats.merge, stats)
