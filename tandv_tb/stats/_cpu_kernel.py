@@ -1,13 +1,15 @@
 """The CPU kernel: one compiled (numba) read of a float32 or float64 array.
 
-The array is taken in blocks small enough to stay in the L1 cache. Each block is read
-from memory once and then scanned a few times from the cache: (1) the exponent histogram
-(four unrolled histograms); (2) a branch-free scan of the bit patterns for the extremes
-(and, only in blocks that the histogram shows to hold zeros, subnormals, NaN or Inf, their
-counts); (3) per format, two branch-free threshold counts that give the values that cast
-to 0 or to Inf/NaN; (4) the block's power sums, scaled by a power of two at its own maximum
-and shifted by one of its values (so the second moment about the mean stays exact for
-LayerNorm-like data). Blocks merge into running sums (Chan et al. for the second moment).
+The array is taken in blocks small enough to stay in the core's caches. Each block is
+read from memory once and then scanned a few times from the cache: (1) the histogram of
+sign-and-exponent keys (four unrolled int32 tables); (2) a branch-free scan of the bit
+patterns for the extremes (and, only in blocks that the histogram shows to hold zeros,
+subnormals, NaN or Inf, their counts); (3) per format, two branch-free threshold counts
+that give the values that cast to 0 or to Inf/NaN; (4) the block's power sums, scaled by a
+power of two at its own maximum and shifted by one of its values (so the second moment
+about the mean stays exact for LayerNorm-like data). Blocks merge into running sums (Chan
+et al. for the second moment). Subnormals are read through their bit patterns, so a CPU in
+flush-to-zero mode (XLA's threads) counts them all the same.
 Narrower dtypes are widened to float32 first (exact).
 """
 
