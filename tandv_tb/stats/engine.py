@@ -127,7 +127,7 @@ def _compute_jax(array, formats: tuple[str, ...], threads: int | None) -> Pendin
 def _traced_jax(values, dtype: str, formats: tuple[str, ...]):
     """Counts and moments of a traced array in the program being traced: the array kernel,
     or, lowered for the CPU where the process has one device, the CPU kernel as an XLA FFI
-    call (``_xla_cpu``: about twice as fast there). With several devices the array kernel
+    call (``_xla_cpu``: faster there). With several devices the array kernel
     stays, since XLA partitions it over a sharded array and would gather one for the call.
     """
     import jax
