@@ -51,7 +51,8 @@ class Recorder:
         # id(tensor) -> (a weak reference to it, its version counter, its statistics)
         self._computed: dict[int, tuple[weakref.ref, int, Pending]] = {}
         # One thread inside a training step: torch's OpenMP workers hold the other cores
-        # then (splitting was measured slower, 225 vs 180 ms a step).
+        # then (splitting was measured slower, 225 vs 180 ms of kernel a step; no faster
+        # on 2026-11-23).
         self._threads: int | None = 1
 
     @contextlib.contextmanager
