@@ -174,6 +174,22 @@ def test_no_intermediate_overflow_and_stable_std(source):
     assert got == pytest.approx(layer_norm.astype(np.float64).std(), rel=1e-3)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("first", [1e30, -3.0, 1e-30])
+def test_moments_where_a_blocks_first_value_is_far_from_the_rest(dtype, first):
+    """The CPU kernel sums d = s - shift (the shift being a block's first finite value)
+    and derives the sums of s and s**2 from those of d: still exact to float64 rounding
+    where the shift is an outlier, in a block of zeros, of tiny values or of 1 + noise."""
+    rng = np.random.default_rng(5)
+    for rest in (
+        np.zeros(40_000),
+        1e-6 * rng.standard_normal(40_000),
+        1 + 1e-6 * rng.standard_normal(40_000),
+    ):
+        values = np.concatenate([[first], rest, [first]]).astype(dtype)
+        assert_matches(engine.tensor_stats(values, FORMATS), values, FORMATS, rtol=1e-9)
+
+
 def test_torch_float8_and_noncontiguous_tensors():
     base = torch.randn(64, 48) * 100
     for dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float16):

@@ -115,7 +115,7 @@ def _handler(frame_pointer, float_type, int_type, key_type, sign_mask, inf_bits,
     thresholds[:] = numba.carray(_pointer(table[3]), (n_formats, 7), int_type)
     layout = numba.carray(_pointer(_words(arguments[2], _BUFFER_WORDS)[3]), (2,), np.int32)
     hist_lo, n_bins = np.int64(layout[0]), np.int64(layout[1])
-    counts, moments, extremes = _cpu_kernel._summarise(
+    counts, moments = _cpu_kernel._summarise(
         values, bits, keys_bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds
     )
     results = _words(frame[14], 2)
@@ -125,14 +125,13 @@ def _handler(frame_pointer, float_type, int_type, key_type, sign_mask, inf_bits,
         numba.carray(_pointer(counts_out[3]), (len(counts),), np.int64)[:] = counts
     else:
         numba.carray(_pointer(counts_out[3]), (len(counts),), np.int32)[:] = counts
-    statistics = np.concatenate((moments, _cpu_kernel.extreme_values(extremes, mant_bits)))
     moments_to = _pointer(moments_out[3])
     if _low32(moments_out[2]) == _F64:
-        numba.carray(moments_to, (10,), np.float64)[:] = statistics
+        numba.carray(moments_to, (10,), np.float64)[:] = moments
     else:
         out = numba.carray(moments_to, (10,), np.int32)
         for k in range(10):
-            out[k] = _float32_bits(statistics[k])
+            out[k] = _float32_bits(moments[k])
     return _pointer(0)
 
 

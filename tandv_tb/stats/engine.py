@@ -103,10 +103,12 @@ def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None) -> Pen
         raise TypeError(f"got a {tensor.layout} tensor: only dense (strided) tensors are read")
     dtype = _float_dtype_name(tensor.dtype)
     wide = torch.float64 if dtype == "float64" else torch.float32
-    values = tensor.detach().reshape(-1).to(wide)
-    if values.device.type == "cpu":
+    values = tensor.detach()
+    if values.dtype != wide:
+        values = values.to(wide)
+    if values.is_cpu:  # numpy reads it in place (a strided one is copied by compute_cpu)
         return Pending(dtype, formats, ready=compute_cpu(values.numpy(), dtype, formats, threads))
-    counts, moments = compute_arrays(_torch_ops(), values, dtype, formats)
+    counts, moments = compute_arrays(_torch_ops(), values.reshape(-1), dtype, formats)
     return Pending(dtype, formats, counts=counts, moments=moments)
 
 

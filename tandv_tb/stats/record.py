@@ -122,21 +122,22 @@ class TensorStats:
         """Decode the engine's vectors (``engine_layout`` gives their lengths)."""
         info = fmt.info(dtype)
         counts = np.asarray(counts, dtype=np.int64)
-        head, rest = counts[: len(COUNTS)], counts[len(COUNTS) :]
-        hist, casts = rest[: info.n_bins], rest[info.n_bins :]
+        head = len(COUNTS)
+        numel, zeros, nans, posinf, neginf = counts[:head].tolist()
+        casts = counts[head + info.n_bins :]
         return cls(
             dtype=info.name,
-            numel=int(head[0]),
-            zero_count=int(head[1]),
-            nan_count=int(head[2]),
-            posinf_count=int(head[3]),
-            neginf_count=int(head[4]),
+            numel=numel,
+            zero_count=zeros,
+            nan_count=nans,
+            posinf_count=posinf,
+            neginf_count=neginf,
             hist_lo=info.min_exponent,
-            hist=hist.copy(),
+            hist=counts[head : head + info.n_bins].copy(),
             formats=tuple(formats),
             underflow=casts[0::2].copy(),
             overflow=casts[1::2].copy(),
-            moments={k: float(v) for k, v in zip(MOMENTS, np.asarray(moments, np.float64))},
+            moments=dict(zip(MOMENTS, np.asarray(moments, np.float64).tolist())),
         )
 
     @property

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -41,6 +40,13 @@ class Recorder:
 
     A tensor recorded again in the same step, unchanged (a container module returns its
     last child's output; two gradient hooks see one gradient), reuses its statistics.
+
+    The CPU kernel runs in the calling thread (``threads=1``). Inside a training step
+    torch's OpenMP workers hold the other cores, and splitting was measured slower there
+    (225 vs 180 ms of kernel a step, 2026-11-22). At ``step()`` torch is idle, but waking
+    a worker thread per tensor costs more than it saves on a VM: the weights, gradients
+    and optimizer state of the reference workload took 26 ms a step in one thread against
+    46-53 ms split over two (2026-11-23, 2-core AMD EPYC VM).
     """
 
     def __init__(self, formats: Sequence[str], skips: SkipLog, replicated: bool = True) -> None:
@@ -50,20 +56,6 @@ class Recorder:
         self._replicated = replicated
         # id(tensor) -> (a weak reference to it, its version counter, its statistics)
         self._computed: dict[int, tuple[weakref.ref, int, Pending]] = {}
-        # One thread inside a training step: torch's OpenMP workers hold the other cores
-        # then (splitting was measured slower, 225 vs 180 ms of kernel a step; no faster
-        # on 2026-11-23).
-        self._threads: int | None = 1
-
-    @contextlib.contextmanager
-    def between_steps(self) -> Iterator[None]:
-        """Tensors recorded in this block are read at ``step()``, when torch's own threads
-        are idle: the CPU kernel may split each one over every core."""
-        self._threads = None
-        try:
-            yield
-        finally:
-            self._threads = 1
 
     def drain(self) -> list[Entry]:
         """The step's entries (``StepBuffer.drain``); forgets the step's tensors."""
@@ -108,6 +100,6 @@ class Recorder:
         seen = self._computed.get(id(tensor))
         if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
             return seen[2]
-        pending = stats.compute(tensor.detach(), self.formats, threads=self._threads)
+        pending = stats.compute(tensor.detach(), self.formats, threads=1)
         self._computed[id(tensor)] = (weakref.ref(tensor), tensor._version, pending)
         return pending

@@ -119,13 +119,12 @@ class Tracker:
 
     def _finish_step(self) -> None:
         if self._track_weights or self._track_optimizer:
-            with self._recorder.between_steps():
-                self._parameters.record(
-                    self._recorder,
-                    self._selected,
-                    weights=self._track_weights,
-                    optimizer_state=self._track_optimizer,
-                )
+            self._parameters.record(
+                self._recorder,
+                self._selected,
+                weights=self._track_weights,
+                optimizer_state=self._track_optimizer,
+            )
         entries = self._recorder.drain()
         parts = fetch_merged(entries) if entries else []
         results = list(zip(entries, parts))
