@@ -145,6 +145,21 @@ def test_empty_and_zero_dim(source, shape):
         assert record.exponent_histogram() == {1: 1}
 
 
+@pytest.mark.parametrize("size", [0, 1, 16_383, 16_385, 3 * 65_536 + 7])
+def test_bfloat16_is_read_as_bit_patterns_in_blocks(size):
+    """The CPU kernel reads bfloat16 through its uint16 patterns, widening one block at a
+    time: every size around a block's and a thread part's, and strided torch tensors,
+    match the reference."""
+    values = random_binades("bfloat16", size, binades=60, seed=size)
+    values[:: max(1, size // 5)] = np.array(np.nan, np.float32).astype(values.dtype)
+    for threads in (1, 2):
+        stats = engine.compute(values, FORMATS, threads=threads).ready
+        assert_matches(stats, values, FORMATS, rtol=1e-9)
+    column = torch_tensor(np.stack([values, values], axis=1))[:, 1]  # stride 2
+    assert not column.is_contiguous() or size <= 1
+    assert_matches(engine.tensor_stats(column, FORMATS), values, FORMATS, rtol=1e-9)
+
+
 @pytest.mark.parametrize("source", SOURCES)
 def test_no_finite_value_gives_counts_and_nan(source):
     values = np.array([np.nan, np.inf, -np.inf, np.nan], dtype=np.float32)

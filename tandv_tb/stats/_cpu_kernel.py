@@ -38,6 +38,8 @@ _BLOCK = 16384
 _FLUSH_BLOCKS = 1024
 #: Scale exponent of running sums that have seen no non-zero value yet.
 _NO_SCALE = -1100
+#: float32 bit patterns: |x| mask, Inf.
+_FLOAT32_SIGN_MASK, _FLOAT32_INF = np.int32(0x7FFFFFFF), np.int32(0x7F800000)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -348,63 +350,66 @@ def _rare_keys(keys):
 
 
 @numba.njit(cache=True, nogil=True)
-def _summarise(
-    values, bits, keys_bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds
-):
-    """The counts and moments vectors (``record.engine_layout``) of one array, given as
-    floats and as signed and unsigned integers of the same width."""
+def _new_sums(inf_bits, mant_bits, n_bins, n_formats):
+    """The running sums of one array (``_add_block`` adds to them, ``_finish`` reads them):
+    key counts (int32, flushed into int64 totals), the counts vector, cast counts, the
+    moments (``_add_block_moments``) and the extremes' bit patterns."""
     n_fields = (inf_bits >> mant_bits) + 1
     keys = np.zeros((4, 2 * n_fields), np.int32)
     totals = np.zeros((4, 2 * n_fields), np.int64)
-    n_formats = thresholds.shape[0]
     counts = np.zeros(5 + n_bins + 2 * n_formats, np.int64)
-    hist = counts[5 : 5 + n_bins]
     casts = np.zeros((n_formats, 2), np.int64)
-    min_normal = bits.dtype.type(1 << mant_bits)
-    largest, smallest, smallest_nonzero = bits.dtype.type(0), inf_bits, inf_bits
     running = np.zeros(9)
     running[0] = _NO_SCALE
-    for block, lo in enumerate(range(0, len(bits), _BLOCK)):
-        if block % _FLUSH_BLOCKS == _FLUSH_BLOCKS - 1:
-            totals += keys
-            keys[:] = 0
-        block_bits = bits[lo : lo + _BLOCK]
-        rare_before = _rare_keys(keys)
-        _count_keys(keys_bits[lo : lo + _BLOCK], keys)
-        if _rare_keys(keys) == rare_before:  # only normal values: the common case
-            block_largest, block_smallest = _extremes(block_bits, sign_mask)
-            extremes = (block_largest, block_smallest, block_smallest)
-            block_counts = (len(block_bits), 0, 0, 0, 0, 0)
-        else:
-            extremes, block_counts = _scan(block_bits, sign_mask, inf_bits, min_normal)
-        largest = max(largest, extremes[0])
-        smallest = min(smallest, extremes[1])
-        smallest_nonzero = min(smallest_nonzero, extremes[2])
-        finite, zeros, nans, pos_inf, neg_inf, subnormals = block_counts
-        counts[1] += zeros
-        counts[2] += nans
-        counts[3] += pos_inf
-        counts[4] += neg_inf
-        if subnormals:
-            _count_subnormals(block_bits, sign_mask, mant_bits, bias, hist, hist_lo)
-        if n_formats:
-            _count_casts(
-                block_bits, sign_mask, inf_bits, thresholds, zeros, nans + pos_inf + neg_inf, casts
-            )
-        if finite:
-            block_values = values[lo : lo + _BLOCK]
-            _add_block_moments(
-                block_values,
-                block_bits,
-                subnormals,
-                sign_mask,
-                extremes[0],
-                finite,
-                mant_bits,
-                bias,
-                running,
-            )
-    counts[0] = len(bits)
+    extremes = np.array((0, inf_bits, inf_bits), dtype=np.int64)  # largest, smallest, nonzero
+    return keys, totals, counts, casts, running, extremes
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_block(
+    values, bits, keys_bits, block, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins,
+    thresholds, sums,
+):  # fmt: skip
+    """Adds block number ``block`` of an array (at most ``_BLOCK`` values, given as floats
+    and as signed and unsigned integers of one width) to the running ``sums``."""
+    keys, totals, counts, casts, running, extremes = sums
+    if block % _FLUSH_BLOCKS == _FLUSH_BLOCKS - 1:
+        totals += keys
+        keys[:] = 0
+    rare_before = _rare_keys(keys)
+    _count_keys(keys_bits, keys)
+    if _rare_keys(keys) == rare_before:  # only normal values: the common case
+        block_largest, block_smallest = _extremes(bits, sign_mask)
+        block_extremes = (block_largest, block_smallest, block_smallest)
+        block_counts = (len(bits), 0, 0, 0, 0, 0)
+    else:
+        min_normal = bits.dtype.type(1 << mant_bits)
+        block_extremes, block_counts = _scan(bits, sign_mask, inf_bits, min_normal)
+    extremes[0] = max(extremes[0], np.int64(block_extremes[0]))
+    extremes[1] = min(extremes[1], np.int64(block_extremes[1]))
+    extremes[2] = min(extremes[2], np.int64(block_extremes[2]))
+    finite, zeros, nans, pos_inf, neg_inf, subnormals = block_counts
+    counts[1] += zeros
+    counts[2] += nans
+    counts[3] += pos_inf
+    counts[4] += neg_inf
+    if subnormals:
+        _count_subnormals(bits, sign_mask, mant_bits, bias, counts[5 : 5 + n_bins], hist_lo)
+    if thresholds.shape[0]:
+        _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, nans + pos_inf + neg_inf, casts)
+    if finite:
+        _add_block_moments(
+            values, bits, subnormals, sign_mask, block_extremes[0], finite, mant_bits, bias, running
+        )
+
+
+@numba.njit(cache=True, nogil=True)
+def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, sums):
+    """The counts and moments vectors (``record.engine_layout``) of ``n`` values summed."""
+    keys, totals, counts, casts, running, extremes = sums
+    n_fields = (inf_bits >> mant_bits) + 1
+    hist = counts[5 : 5 + n_bins]
+    counts[0] = n
     totals += keys
     for field in range(1, n_fields - 1):  # normal binades: exponent = field - bias
         for row in range(4):
@@ -414,9 +419,24 @@ def _summarise(
     moments[0] = math.ldexp(1.0, int(running[0])) if running[0] > _NO_SCALE else 1.0
     moments[1:6] = running[2:7]
     moments[6] = running[8]
-    extremes_bits = np.array((largest, smallest, smallest_nonzero), dtype=np.int64)
-    moments[7:] = extreme_values(extremes_bits, mant_bits)
+    moments[7:] = extreme_values(extremes, mant_bits)
     return counts, moments
+
+
+@numba.njit(cache=True, nogil=True)
+def _summarise(
+    values, bits, keys_bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds
+):
+    """The counts and moments vectors (``record.engine_layout``) of one array, given as
+    floats and as signed and unsigned integers of the same width."""
+    sums = _new_sums(inf_bits, mant_bits, n_bins, thresholds.shape[0])
+    for block, lo in enumerate(range(0, len(bits), _BLOCK)):
+        hi = lo + _BLOCK
+        _add_block(
+            values[lo:hi], bits[lo:hi], keys_bits[lo:hi], block, sign_mask, inf_bits,
+            mant_bits, bias, hist_lo, n_bins, thresholds, sums,
+        )  # fmt: skip
+    return _finish(len(bits), inf_bits, mant_bits, bias, hist_lo, n_bins, sums)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -426,8 +446,8 @@ def _summarise_float32(values, hist_lo, n_bins, thresholds):
         values,
         values.view(np.int32),
         values.view(np.uint32),
-        np.int32(0x7FFFFFFF),
-        np.int32(0x7F800000),
+        _FLOAT32_SIGN_MASK,
+        _FLOAT32_INF,
         23,
         127,
         hist_lo,
@@ -451,6 +471,26 @@ def _summarise_float64(values, hist_lo, n_bins, thresholds):
         n_bins,
         thresholds,
     )
+
+
+@numba.njit(cache=True, nogil=True)
+def _summarise_bfloat16(patterns, hist_lo, n_bins, thresholds):
+    """``_summarise`` of a bfloat16 array given as its uint16 bit patterns: each block is
+    widened into a float32 buffer that stays in the cache (a bfloat16 is the top half of
+    the float32 of the same value), so no float32 copy of the array is made."""
+    sums = _new_sums(_FLOAT32_INF, 23, n_bins, thresholds.shape[0])
+    values = np.empty(min(len(patterns), _BLOCK), np.float32)
+    bits = values.view(np.int32)
+    keys_bits = values.view(np.uint32)
+    for block, lo in enumerate(range(0, len(patterns), _BLOCK)):
+        m = min(_BLOCK, len(patterns) - lo)
+        for i in range(m):
+            keys_bits[i] = np.uint32(patterns[lo + i]) << 16
+        _add_block(
+            values[:m], bits[:m], keys_bits[:m], block, _FLOAT32_SIGN_MASK, _FLOAT32_INF,
+            23, 127, hist_lo, n_bins, thresholds, sums,
+        )  # fmt: skip
+    return _finish(len(patterns), _FLOAT32_INF, 23, 127, hist_lo, n_bins, sums)
 
 
 @functools.cache
@@ -479,8 +519,9 @@ def _layout(dtype: str, formats: tuple[str, ...]) -> tuple[int, int, np.ndarray]
 def compute_cpu(
     values: np.ndarray, dtype: str, formats: tuple[str, ...], threads: int | None = None
 ) -> TensorStats:
-    """Statistics of a host array of ``dtype`` whose values are given as float32 (any dtype
-    narrower than float64, widened exactly) or float64.
+    """Statistics of a host array of ``dtype`` whose values are given as float64, as the
+    uint16 bit patterns of bfloat16 (read in place) or as float32 (any other dtype
+    narrower than float64, widened exactly).
 
     An array of at least two parts of ``_MIN_PART`` values is split between this thread and
     up to ``threads - 1`` plain threads (default: one per core; the kernel drops the GIL) and
@@ -490,7 +531,7 @@ def compute_cpu(
     if not values.flags.c_contiguous:
         values = np.ascontiguousarray(values)
     values = values.reshape(-1)
-    summarise = _summarise_float64 if values.dtype == np.float64 else _summarise_float32
+    summarise = _KERNELS[values.dtype.type]
     layout = _layout(dtype, formats)
     parts = min(threads or _CORES, len(values) // _MIN_PART)
     if parts <= 1:
@@ -503,6 +544,13 @@ def compute_cpu(
     results += [job.result() for job in jobs]
     stats = (TensorStats.unpack(dtype, formats, *result) for result in results)
     return functools.reduce(TensorStats.merge, stats)
+
+
+_KERNELS = {
+    np.float32: _summarise_float32,
+    np.float64: _summarise_float64,
+    np.uint16: _summarise_bfloat16,
+}
 
 
 @functools.cache

@@ -82,6 +82,9 @@ def _float_dtype_name(dtype: object) -> str:
 
 
 def _host_values(values: np.ndarray, dtype: str) -> np.ndarray:
+    """What the CPU kernel reads (``compute_cpu``): bfloat16 as its bit patterns."""
+    if dtype == "bfloat16":
+        return values.reshape(-1).view(np.uint16)
     wide = np.float64 if dtype == "float64" else np.float32
     return values.reshape(-1).astype(wide, copy=False)
 
@@ -104,11 +107,13 @@ def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None) -> Pen
     dtype = _float_dtype_name(tensor.dtype)
     wide = torch.float64 if dtype == "float64" else torch.float32
     values = tensor.detach()
-    if values.dtype != wide:
-        values = values.to(wide)
     if values.is_cpu:  # numpy reads it in place (a strided one is copied by compute_cpu)
-        return Pending(dtype, formats, ready=compute_cpu(values.numpy(), dtype, formats, threads))
-    counts, moments = compute_arrays(_torch_ops(), values.reshape(-1), dtype, formats)
+        if dtype == "bfloat16":
+            host = values.view(torch.int16).numpy().view(np.uint16)
+        else:
+            host = (values if values.dtype == wide else values.to(wide)).numpy()
+        return Pending(dtype, formats, ready=compute_cpu(host, dtype, formats, threads))
+    counts, moments = compute_arrays(_torch_ops(), values.reshape(-1).to(wide), dtype, formats)
     return Pending(dtype, formats, counts=counts, moments=moments)
 
 
