@@ -72,22 +72,29 @@ def encode_record(record: NumericsRecord, formats: tuple[str, ...]) -> np.ndarra
             f"the record holds under/overflow counts for {sorted(underflow)}, "
             f"but the tag records the formats {list(formats)}"
         )
-    counts = np.asarray(record.counts, dtype=np.int64).reshape(-1).tolist()
-    if counts and min(counts) < 0:
+    counts = np.asarray(record.counts, dtype=np.int64).reshape(-1)
+    n_bins = counts.size
+    if n_bins and counts.min() < 0:
         raise ValueError("histogram counts must be non-negative")
-    statistics = [record.statistics.get(name, math.nan) for name in STATISTICS]
-    return np.array(
-        [
-            dtype_code(record.dtype),
-            *(getattr(record, name) for name in COUNTS),
-            record.bins_lo + BINS_OFFSET if counts else BINS_OFFSET,
-            len(counts),
-            *counts,
-            *(c for f in formats for c in (underflow[f], overflow[f])),
-            *_statistics_bits(statistics, record.dtype),
-        ],
-        dtype=np.int64,
+    statistics = record.statistics
+    out = np.empty(_HEADER + n_bins + 2 * len(formats) + len(STATISTICS), dtype=np.int64)
+    out[:_HEADER] = (
+        dtype_code(record.dtype),
+        record.numel,
+        record.zero_count,
+        record.nan_count,
+        record.posinf_count,
+        record.neginf_count,
+        record.bins_lo + BINS_OFFSET if n_bins else BINS_OFFSET,
+        n_bins,
     )
+    out[_HEADER : _HEADER + n_bins] = counts
+    for k, f in enumerate(formats):
+        out[_HEADER + n_bins + 2 * k] = underflow[f]
+        out[_HEADER + n_bins + 2 * k + 1] = overflow[f]
+    values = [statistics.get(name, math.nan) for name in STATISTICS]
+    out[len(out) - len(STATISTICS) :] = _statistics_bits(values, record.dtype)
+    return out
 
 
 _AS_FLOAT64, _AS_INT64 = (
@@ -105,10 +112,13 @@ def _statistics_bits(values: list[float], dtype: str) -> tuple[int, ...]:
     rounded to nearest; too big for float32 is Inf."""
     if dtype == "float64":
         return _AS_INT64.unpack(_AS_FLOAT64.pack(*values))
-    rounded = (
-        v if not abs(v) >= _FLOAT32_ROUNDS_TO_INF else math.copysign(math.inf, v) for v in values
-    )
-    return _AS_UINT32.unpack(_AS_FLOAT32.pack(*rounded))
+    try:
+        return _AS_UINT32.unpack(_AS_FLOAT32.pack(*values))
+    except OverflowError:  # struct refuses the finite values that round to Inf
+        rounded = [
+            math.copysign(math.inf, v) if abs(v) >= _FLOAT32_ROUNDS_TO_INF else v for v in values
+        ]
+        return _AS_UINT32.unpack(_AS_FLOAT32.pack(*rounded))
 
 
 def _decode_statistics(values: np.ndarray, dtype: str) -> np.ndarray:
