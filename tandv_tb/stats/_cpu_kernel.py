@@ -10,7 +10,12 @@ power of two at its own maximum and shifted by one of its values (so the second 
 about the mean stays exact for LayerNorm-like data). Blocks merge into running sums (Chan
 et al. for the second moment). Subnormals are read through their bit patterns, so a CPU in
 flush-to-zero mode (XLA's threads) counts them all the same.
-Narrower dtypes are widened to float32 first (exact).
+bfloat16 is read through its 16-bit patterns, widened a block at a time into a float32
+buffer; other narrower dtypes are widened to float32 first (exact).
+
+numba widens integer arithmetic narrower than 64 bits to 64 bits; the loops over bit
+patterns (extremes, threshold counts) use ``_same_width_*`` intrinsics instead, so that
+they vectorise over as many lanes as the patterns allow.
 """
 
 from __future__ import annotations
