@@ -71,58 +71,28 @@ def _count_keys_of(keys_bits, mant_bits, keys):
         keys[0, keys_bits[i] >> mant_bits] += 1
 
 
-@intrinsic
-def _same_width_and(typingctx, a, b):
-    """``a & b`` in the integers' own width (numba widens narrow integer arithmetic to
-    64 bits, which halves the vector lanes and keeps min/max from vectorising)."""
+def _same_width(operation):
+    """An intrinsic ``f(a, b)`` of two integers of one type that gives
+    ``operation(builder, a, b)`` (LLVM IR) in their own width: numba widens narrow integer
+    arithmetic to 64 bits, which halves the vector lanes and keeps min/max from
+    vectorising."""
 
-    def codegen(context, builder, signature, args):
-        return builder.and_(*args)
+    @intrinsic
+    def same_width(typingctx, a, b):
+        def codegen(context, builder, signature, args):
+            return operation(builder, *args)
 
-    return a(a, a), codegen
+        return a(a, a), codegen
 
-
-@intrinsic
-def _same_width_max(typingctx, a, b):
-    """``max(a, b)`` of two integers of one type, in their own width."""
-
-    def codegen(context, builder, signature, args):
-        x, y = args
-        return builder.select(builder.icmp_signed(">", x, y), x, y)
-
-    return a(a, a), codegen
+    return same_width
 
 
-@intrinsic
-def _same_width_min(typingctx, a, b):
-    """``min(a, b)`` of two integers of one type, in their own width."""
-
-    def codegen(context, builder, signature, args):
-        x, y = args
-        return builder.select(builder.icmp_signed("<", x, y), x, y)
-
-    return a(a, a), codegen
-
-
-@intrinsic
-def _same_width_add(typingctx, a, b):
-    """``a + b`` of two integers of one type, in their own width (wrapping)."""
-
-    def codegen(context, builder, signature, args):
-        return builder.add(*args)
-
-    return a(a, a), codegen
-
-
-@intrinsic
-def _same_width_at_most(typingctx, a, b):
-    """1 where ``a <= b``, else 0, as an integer of their own type."""
-
-    def codegen(context, builder, signature, args):
-        x, y = args
-        return builder.zext(builder.icmp_signed("<=", x, y), x.type)
-
-    return a(a, a), codegen
+_same_width_and = _same_width(lambda ir, a, b: ir.and_(a, b))
+_same_width_add = _same_width(lambda ir, a, b: ir.add(a, b))  # wrapping
+_same_width_max = _same_width(lambda ir, a, b: ir.select(ir.icmp_signed(">", a, b), a, b))
+_same_width_min = _same_width(lambda ir, a, b: ir.select(ir.icmp_signed("<", a, b), a, b))
+#: 1 where ``a <= b``, else 0.
+_same_width_at_most = _same_width(lambda ir, a, b: ir.zext(ir.icmp_signed("<=", a, b), a.type))
 
 
 @numba.njit(cache=True, nogil=True)
