@@ -94,9 +94,11 @@ def _float32_bits(value):
 
 
 @numba.njit(cache=True)
-def _handler(frame_pointer, float_type, int_type, key_type, sign_mask, inf_bits, mant_bits, bias):
+def _handler(frame_pointer, float_type, int_type, summarise):
     """``XLA_FFI_Error* (XLA_FFI_CallFrame*)`` for a call ``(values, thresholds, layout) ->
-    (counts, moments)``; ``layout`` holds the histogram's lowest exponent and its bins."""
+    (counts, moments)``; ``layout`` holds the histogram's lowest exponent and its bins.
+    ``summarise`` is the CPU kernel of ``float_type`` arrays, whose thresholds come as
+    ``int_type`` bit patterns."""
     frame = numba.carray(frame_pointer, (_FRAME_WORDS,), np.int64)
     if frame[1] != 0 and _low32(_words(frame[1], 2)[1]) == _METADATA_EXTENSION:
         _answer_metadata(frame[1])
@@ -107,17 +109,13 @@ def _handler(frame_pointer, float_type, int_type, key_type, sign_mask, inf_bits,
     source = _words(arguments[0], _BUFFER_WORDS)
     n = _words(source[5], 1)[0]
     values = numba.carray(_pointer(source[3]), (n,), float_type)
-    bits = numba.carray(_pointer(source[3]), (n,), int_type)
-    keys_bits = numba.carray(_pointer(source[3]), (n,), key_type)
     table = _words(arguments[1], _BUFFER_WORDS)
     n_formats = _words(table[5], 2)[0]
     thresholds = np.empty((n_formats, 7), np.int64)
     thresholds[:] = numba.carray(_pointer(table[3]), (n_formats, 7), int_type)
     layout = numba.carray(_pointer(_words(arguments[2], _BUFFER_WORDS)[3]), (2,), np.int32)
     hist_lo, n_bins = np.int64(layout[0]), np.int64(layout[1])
-    counts, moments = _cpu_kernel._summarise(
-        values, bits, keys_bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds
-    )
+    counts, moments = summarise(values, hist_lo, n_bins, thresholds)
     results = _words(frame[14], 2)
     counts_out = _words(results[0], _BUFFER_WORDS)
     moments_out = _words(results[1], _BUFFER_WORDS)
@@ -139,29 +137,11 @@ _SIGNATURE = types.voidptr(types.voidptr)
 
 
 def _float32_handler(frame_pointer):
-    return _handler(
-        frame_pointer,
-        np.float32,
-        np.int32,
-        np.uint32,
-        np.int32(0x7FFFFFFF),
-        np.int32(0x7F800000),
-        23,
-        127,
-    )
+    return _handler(frame_pointer, np.float32, np.int32, _cpu_kernel._summarise_float32)
 
 
 def _float64_handler(frame_pointer):
-    return _handler(
-        frame_pointer,
-        np.float64,
-        np.int64,
-        np.uint64,
-        np.int64(0x7FFFFFFFFFFFFFFF),
-        np.int64(0x7FF0000000000000),
-        52,
-        1023,
-    )
+    return _handler(frame_pointer, np.float64, np.int64, _cpu_kernel._summarise_float64)
 
 
 _HANDLERS = {"float32": _float32_handler, "float64": _float64_handler}
