@@ -19,3 +19,12 @@ def browser():
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+def pytest_configure(config):
+    """Every store the plugin builds during the tests goes to a folder of this session
+    (``XDG_CACHE_HOME``, inherited by the ``tensorboard`` processes the tests start)."""
+    import os
+    import tempfile
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tandv_tb-test-cache-")

@@ -480,7 +480,7 @@ def test_the_tab_is_disabled_without_numerics(tmp_path):
 def test_samples_per_plugin_default_and_user_flag(tmp_path):
     tb = program.TensorBoard(plugins=plugin_loaders())
     tb.configure(argv=["tensorboard", f"--logdir={tmp_path}"])
-    assert tb.flags.samples_per_plugin["tandv"] == DEFAULT_SAMPLES >= 1000
+    assert tb.flags.samples_per_plugin["tandv"] == DEFAULT_SAMPLES == 1  # the store has all
     tb = program.TensorBoard(plugins=plugin_loaders())
     tb.configure(argv=["tensorboard", f"--logdir={tmp_path}", "--samples_per_plugin=tandv=5"])
     assert tb.flags.samples_per_plugin["tandv"] == 5

@@ -31,8 +31,7 @@ class CastCounts:
 def cast_counts(series: LayerSeries, format_name: str) -> CastCounts:
     """Under/overflow of ``format_name`` at every step of ``series``."""
     if format_name in series.formats:
-        index = series.formats.index(format_name)
-        return CastCounts(series.casts[:, index, 0], series.casts[:, index, 1], True)
+        return CastCounts(*series.casts(format_name), True)
     underflow = np.zeros(len(series), dtype=np.int64)
     overflow = np.zeros(len(series), dtype=np.int64)
     exact = True
@@ -52,11 +51,14 @@ def _weighted_bin_sums(
     series: LayerSeries, rows: np.ndarray, weights: np.ndarray, dtype: str
 ) -> np.ndarray:
     """``rint(sum_i counts[i] * weights[n_i - lowest bin of dtype])`` for each row."""
-    lengths = series.bin_starts[rows + 1] - series.bin_starts[rows]
+    bins = series.bins
+    if bins is None:
+        raise KeyError(f"the bins of {series.tag_info.name!r} were not read")
+    lengths = bins.starts[rows + 1] - bins.starts[rows]
     within = _positions(lengths)
-    index = np.repeat(series.bin_starts[rows], lengths) + within
-    exponents = np.repeat(series.bins_lo[rows], lengths) + within
-    weighted = series.bins[index] * weights[exponents - fmt.info(dtype).min_exponent]
+    index = np.repeat(bins.starts[rows], lengths) + within
+    exponents = np.repeat(bins.lo[rows], lengths) + within
+    weighted = bins.counts[index] * weights[exponents - fmt.info(dtype).min_exponent]
     sums = np.zeros(len(rows))
     filled = lengths > 0
     if filled.any():

@@ -6,17 +6,27 @@ from tensorboard.plugins import base_plugin
 
 from tandv_tb import metadata
 
-#: Steps of each numerics tag that TensorBoard keeps unless the user says otherwise
-#: (TensorBoard keeps only 10 or 100 of a third-party plugin's tensors by default).
-DEFAULT_SAMPLES = 1000
+#: Steps of each numerics tag that TensorBoard keeps unless the user says otherwise: the
+#: plugin reads every step from its own store (``numerics_db``), and TensorBoard's copy only
+#: lists runs and tags (its reservoir always keeps a tag's latest step).
+DEFAULT_SAMPLES = 1
 
 
 class NumericsLoader(base_plugin.TBLoader):
     """Loads ``NumericsPlugin``; raises TensorBoard's sampling default for numerics."""
 
+    def define_flags(self, parser) -> None:
+        parser.add_argument(
+            "--tandv_cache_dir",
+            metavar="PATH",
+            default=None,
+            help="Folder of the Numerics tab's store of every recorded step, one per logdir "
+            "(default: $XDG_CACHE_HOME/tandv_tb, i.e. ~/.cache/tandv_tb). Safe to delete.",
+        )
+
     def fix_flags(self, flags) -> None:
-        """Keep ``DEFAULT_SAMPLES`` steps per numerics tag unless ``--samples_per_plugin``
-        names ``tandv`` itself (a user's flag wins)."""
+        """Keep ``DEFAULT_SAMPLES`` steps per numerics tag in TensorBoard unless
+        ``--samples_per_plugin`` names ``tandv`` itself (a user's flag wins)."""
         samples = getattr(flags, "samples_per_plugin", None)
         if isinstance(samples, dict):
             samples.setdefault(metadata.PLUGIN_NAME, DEFAULT_SAMPLES)

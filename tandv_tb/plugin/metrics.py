@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from tandv_tb.plugin.casts import cast_counts
-from tandv_tb.plugin.columns import LayerSeries
+from tandv_tb.plugin.columns import LayerSeries, Needs
 from tandv_tb.plugin.params import RequestError
 from tandv_tb.stats.record import COUNTS, STATISTICS
 
@@ -63,6 +63,25 @@ def metric(name: str, format_name: str | None) -> Metric:
     return found
 
 
+def needs(chosen: Metric, format_name: str | None) -> Needs:
+    """The columns ``values`` reads for a metric."""
+    name = chosen.metric
+    if name in STATISTICS or name in COUNTS:
+        return Needs((name,))
+    if name.startswith("log2_"):
+        return Needs((name[len("log2_") :],))
+    infs = ("posinf_count", "neginf_count")
+    if name == "inf_count":
+        return Needs(infs)
+    if name == "nonfinite_count":
+        return Needs(("nan_count", *infs))
+    if name == "zero_fraction":
+        return Needs(("zero_count", "numel"))
+    if name == "nonfinite_fraction":
+        return Needs(("nan_count", *infs, "numel"))
+    return Needs(("numel", "dtype_code"), format_name, bins=True)
+
+
 def values(series: LayerSeries, chosen: Metric, format_name: str | None) -> tuple[np.ndarray, bool]:
     """``(float64[S] values, exact)`` of a metric at every step of ``series``."""
     name = chosen.metric
@@ -73,22 +92,28 @@ def values(series: LayerSeries, chosen: Metric, format_name: str | None) -> tupl
     if name.startswith("log2_"):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log2(series.statistic(name[len("log2_") :])), True
-    numel = series.count("numel").astype(np.float64)
-    infs = series.count("posinf_count") + series.count("neginf_count")
     if name == "inf_count":
-        return infs.astype(np.float64), True
-    nonfinite = (infs + series.count("nan_count")).astype(np.float64)
+        return _infs(series).astype(np.float64), True
     if name == "nonfinite_count":
-        return nonfinite, True
+        return _nonfinite(series), True
+    numel = series.count("numel").astype(np.float64)
     if name == "zero_fraction":
         return _fraction(series.count("zero_count"), numel), True
     if name == "nonfinite_fraction":
-        return _fraction(nonfinite, numel), True
+        return _fraction(_nonfinite(series), numel), True
     casts = cast_counts(series, format_name)
     counts = casts.underflow if name.startswith("underflow") else casts.overflow
     if name.endswith("_count"):
         return counts.astype(np.float64), casts.exact
     return _fraction(counts, numel), casts.exact
+
+
+def _infs(series: LayerSeries) -> np.ndarray:
+    return series.count("posinf_count") + series.count("neginf_count")
+
+
+def _nonfinite(series: LayerSeries) -> np.ndarray:
+    return (_infs(series) + series.count("nan_count")).astype(np.float64)
 
 
 def _fraction(part: np.ndarray, whole: np.ndarray) -> np.ndarray:

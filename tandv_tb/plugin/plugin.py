@@ -1,4 +1,4 @@
-"""The ``tandv`` TensorBoard plugin: the Numerics tab's routes over the data provider."""
+"""The ``tandv`` TensorBoard plugin: the Numerics tab's routes over the plugin's own store."""
 
 from __future__ import annotations
 
@@ -60,8 +60,12 @@ class NumericsPlugin(base_plugin.TBPlugin):
     plugin_name = metadata.PLUGIN_NAME
 
     def __init__(self, context: base_plugin.TBContext):
-        self._provider = context.data_provider
-        self._store = NumericsStore(context.data_provider) if context.data_provider else None
+        cache_dir = getattr(context.flags, "tandv_cache_dir", None) if context.flags else None
+        self._store = (
+            NumericsStore(context.data_provider, context.logdir, cache_dir)
+            if context.data_provider
+            else None
+        )
 
     def get_plugin_apps(self) -> dict[str, Callable]:
         apps = {
@@ -113,13 +117,14 @@ class NumericsPlugin(base_plugin.TBPlugin):
         )
         if json_route in RUN_ROUTES:
             index = self._store.run(query.ctx, query.experiment_id, params.text("run"))
+            fingerprint = (self._store.version(index.run), len(index.entries), index.skipped)
             key = (query.experiment_id, route, tuple(sorted(request.args.items(multi=True))))
 
             def build() -> str:
                 payload = RUN_ROUTES[json_route](query, index)
                 return to_csv(payload) if to_csv else dumps(payload)
 
-            body = self._store.cached_result(key, index.fingerprint, build)
+            body = self._store.cached_result(key, fingerprint, build)
         else:
             payload = PLAIN_ROUTES[json_route](query)
             body = to_csv(payload) if to_csv else dumps(payload)

@@ -1,88 +1,28 @@
-"""Numerics over TensorBoard's data provider: tag listing, columnar series, caches.
-
-Only the data provider is used (no files, no multiplexer), so this works on both loaders.
-The run's numerics tags are listed (metadata only) at most once a second; a tag's
-``(max_step, max_wall_time)`` is its *fingerprint*, and anything cached for a tag or a run is
-used only while the fingerprints it was built from are unchanged: new data invalidate it.
-"""
+"""What the routes read: runs and tags (``listing``), numerics columns (``numerics_db``),
+TensorBoard's scalars, and a cache of built responses."""
 
 from __future__ import annotations
 
 import collections
-import dataclasses
-import logging
+import os
 import threading
-import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 
+import numpy as np
 from tensorboard.data import provider as tb_provider
 
-from tandv_tb import metadata
-from tandv_tb.plugin.columns import LayerSeries, decode_series
+from tandv_tb.metadata import TagInfo
+from tandv_tb.plugin.columns import Bins, LayerSeries, Needs
+from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry
+from tandv_tb.plugin.numerics_db import NumericsDB, Rows
 from tandv_tb.plugin.params import NotFound
-from tandv_tb.plugin.reading import ALL_SAMPLES, from_arrays, read_raw
-
-logger = logging.getLogger(__name__)
+from tandv_tb.record_columns import decode_rows
+from tandv_tb.stats.record import NumericsRecord
+from tandv_tb.summary import decode_tensor
 
 SCALARS_PLUGIN = "scalars"
-#: Seconds a tag listing (and so every fingerprint) is trusted before it is asked again:
-#: listing 800 tags costs tens of milliseconds, and TensorBoard reloads every few seconds.
-LISTING_TTL = 1.0
-_TYPE_ORDER = ("Activation", "Gradient", "Weight", "Weight_Gradient")
-
-
-def tensor_type_key(tensor_type: str) -> tuple:
-    """Sort key of tensor types: the contract's order, optimiser states next, others last."""
-    if tensor_type in _TYPE_ORDER:
-        return (0, _TYPE_ORDER.index(tensor_type), "")
-    if tensor_type.startswith("Optimiser_State."):
-        return (1, 0, tensor_type)
-    return (2, 0, tensor_type)
-
-
-@dataclasses.dataclass(frozen=True)
-class TagEntry:
-    """One numerics tag of a run, with its parsed metadata and fingerprint."""
-
-    tag: str
-    info: metadata.TagInfo
-    max_step: int
-    max_wall_time: float
-
-    @property
-    def fingerprint(self) -> tuple[int, float]:
-        return (self.max_step, self.max_wall_time)
-
-
-@dataclasses.dataclass(frozen=True)
-class RunIndex:
-    """The numerics tags of one run, by tensor type and layer name."""
-
-    run: str
-    entries: dict[tuple[str, str], TagEntry]  # (tensor_type, name) -> entry
-    skipped: tuple[tuple[str, str], ...] = ()  # (tag, reason) of the tags left out
-
-    @property
-    def fingerprint(self) -> frozenset:
-        return frozenset((e.tag, e.fingerprint) for e in self.entries.values())
-
-    def tensor_types(self) -> list[str]:
-        return sorted({t for t, _ in self.entries}, key=tensor_type_key)
-
-    def layers(self, tensor_type: str) -> list[TagEntry]:
-        """The layers of a tensor type in model order; 404 for an unknown type."""
-        found = [e for (t, _), e in self.entries.items() if t == tensor_type]
-        if not found:
-            known = ", ".join(self.tensor_types())
-            raise NotFound(f"run {self.run!r} has no tensor type {tensor_type!r} (it has: {known})")
-        return sorted(found, key=lambda e: (e.info.order, e.info.name))
-
-    def layer(self, tensor_type: str, name: str) -> TagEntry:
-        entry = self.entries.get((tensor_type, name))
-        if entry is None:
-            self.layers(tensor_type)  # 404 naming the tensor type if that is what is unknown
-            raise NotFound(f"run {self.run!r} has no layer {name!r} of type {tensor_type!r}")
-        return entry
+#: Ask the provider for every scalar step it holds.
+ALL_SAMPLES = 1 << 40
 
 
 class _LRU:
@@ -118,139 +58,87 @@ class _LRU:
 
 
 class NumericsStore:
-    """Reads numerics and scalars through a TensorBoard data provider, with caches."""
+    """Runs from TensorBoard's listing, their numerics from the plugin's own store."""
 
     def __init__(
         self,
         data_provider: tb_provider.DataProvider,
-        plugin_name: str = metadata.PLUGIN_NAME,
+        logdir: str | None,
+        cache_dir: str | None = None,
         *,
-        series_budget: int = 2 << 30,
-        result_budget: int = 256 << 20,
-        listing_ttl: float = LISTING_TTL,
+        result_budget: int = 64 << 20,
     ):
         self._provider = data_provider
-        self._listing_ttl = listing_ttl
-        self._listings: dict[tuple, tuple[float, object]] = {}
-        self._listings_lock = threading.Lock()
-        self._plugin_name = plugin_name
-        self._infos: dict[bytes, tuple[metadata.TagInfo | None, str]] = {}
-        self._series = _LRU(series_budget, lambda item: item[1].nbytes())
+        self.listing = Listing(data_provider)
+        self._db = NumericsDB(logdir, cache_dir) if logdir and os.path.isdir(logdir) else None
         self._results = _LRU(result_budget, lambda item: _result_size(item[1]))
-        self._load_locks: dict[tuple[str, str], threading.Lock] = collections.defaultdict(
-            threading.Lock
-        )
-        self._locks_lock = threading.Lock()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+
+    def _store(self) -> NumericsDB:
+        if self._db is None:
+            raise NotFound(
+                "the Numerics tab reads the event files under a local --logdir; start "
+                "tensorboard with --logdir=<a local folder>"
+            )
+        return self._db
 
     # -- listing ---------------------------------------------------------------------------
     def runs(self, ctx, experiment_id: str) -> dict[str, RunIndex]:
-        """Every run holding numerics, by name."""
-
-        def build():
-            listing = self._provider.list_tensors(
-                ctx, experiment_id=experiment_id, plugin_name=self._plugin_name
-            )
-            runs = {run: self._index(run, tags) for run, tags in listing.items()}
-            return {
-                run: index for run, index in sorted(runs.items()) if index.entries or index.skipped
-            }
-
-        return self._listed((experiment_id, None), build)
+        return self.listing.runs(ctx, experiment_id)
 
     def run(self, ctx, experiment_id: str, run: str) -> RunIndex:
-        """The numerics tags of one run; 404 for a run without numerics."""
+        return self.listing.run(ctx, experiment_id, run)
 
-        def build():
-            listing = self._provider.list_tensors(
-                ctx,
-                experiment_id=experiment_id,
-                plugin_name=self._plugin_name,
-                run_tag_filter=tb_provider.RunTagFilter(runs=[run]),
-            )
-            return self._index(run, listing.get(run, {}))
+    def version(self, run: str) -> int:
+        """The run's data version, after reading what is new in its files."""
+        return self._store().refresh(run)
 
-        index = self._listed((experiment_id, run), build)
-        if not index.entries:
-            reasons = "".join(f"; skipped {tag!r}: {why}" for tag, why in index.skipped[:3])
-            raise NotFound(f"no run {run!r} with numerics{reasons}")
-        return index
-
-    def _listed(self, key: tuple, build: Callable[[], object]):
-        """A listing, asked of the provider at most once per ``listing_ttl`` seconds."""
-        now = time.monotonic()
-        with self._listings_lock:
-            found = self._listings.get(key)
-        if found is not None and now - found[0] < self._listing_ttl:
-            return found[1]
-        value = build()
-        with self._listings_lock:
-            if len(self._listings) > 1000:
-                self._listings.clear()
-            self._listings[key] = (now, value)
-        return value
-
-    def _index(self, run: str, tags: dict) -> RunIndex:
-        entries: dict[tuple[str, str], TagEntry] = {}
-        skipped = []
-        for tag in sorted(tags):
-            series = tags[tag]
-            info, reason = self._tag_info(series.plugin_content, run, tag)
-            if info is None:
-                skipped.append((tag, reason))
-                continue
-            key = (info.tensor_type, info.name)
-            if key in entries:
-                reason = f"the same layer and tensor type as tag {entries[key].tag!r}"
-                skipped.append((tag, reason))
-                continue
-            entries[key] = TagEntry(tag, info, series.max_step, series.max_wall_time)
-        return RunIndex(run, entries, tuple(skipped))
-
-    def _tag_info(self, content: bytes, run: str, tag: str) -> tuple[metadata.TagInfo | None, str]:
-        """The tag's parsed metadata, or None and why it is refused (cached by content)."""
-        if content not in self._infos:
-            try:
-                self._infos[content] = (metadata.parse_plugin_metadata(content), "")
-            except (ValueError, TypeError, KeyError) as error:  # UnsupportedVersion included
-                logger.warning("skipping numerics tag %r of run %r: %s", tag, run, error)
-                self._infos[content] = (None, str(error))
-        return self._infos[content]
-
-    # -- data ------------------------------------------------------------------------------
-    def series(
-        self, ctx, experiment_id: str, index: RunIndex, entries: Iterable[TagEntry]
-    ) -> list[LayerSeries]:
-        """The columnar data of the given tags of a run, read once per fingerprint."""
-        entries = list(entries)
-        found = self._cached_series(experiment_id, index.run, entries)
-        if any(s is None for s in found):
-            with self._load_lock(experiment_id, index.run):
-                found = self._cached_series(experiment_id, index.run, entries)
-                missing = [e for e, s in zip(entries, found) if s is None]
-                if missing:
-                    self._load(ctx, experiment_id, index.run, missing)
-                    found = self._cached_series(experiment_id, index.run, entries)
-        return found
-
-    def _cached_series(self, experiment_id: str, run: str, entries: list[TagEntry]) -> list:
+    # -- numerics --------------------------------------------------------------------------
+    def _tag_ids(self, run: str, entries: list[TagEntry]) -> list[tuple[int | None, int]]:
+        """``(tag_id or None, malformed records)`` of each entry in the store."""
+        self.version(run)
+        stored = self._store().tags(run)
         found = []
         for entry in entries:
-            item = self._series.get((experiment_id, run, entry.tag))
-            found.append(item[1] if item is not None and item[0] == entry.fingerprint else None)
+            known = stored.get(entry.tag)
+            found.append((known[0], known[2]) if known and known[1] is not None else (None, 0))
         return found
 
-    def _load_lock(self, experiment_id: str, run: str) -> threading.Lock:
-        with self._locks_lock:
-            return self._load_locks[(experiment_id, run)]
+    def series(self, run: str, entries: list[TagEntry], needs: Needs) -> list[LayerSeries]:
+        """Every held step of each entry, with the columns ``needs`` names."""
+        db = self._store()
+        ids = self._tag_ids(run, entries)
+        present = [i for i, _ in ids if i is not None]
+        columns = tuple(dict.fromkeys(("dtype_code", *needs.columns)))
+        rows = db.rows(run, present, columns)
+        recorded, estimated = [], []
+        for entry, (tag_id, _) in zip(entries, ids):
+            if tag_id is not None and needs.format is not None:
+                has = needs.format in entry.info.formats
+                (recorded if has else estimated).append(tag_id)
+        casts = db.casts(run, recorded, needs.format) if recorded else None
+        vectors = db.rows(run, estimated, (), vectors=True) if estimated and needs.bins else None
+        found = []
+        for entry, (tag_id, malformed) in zip(entries, ids):
+            found.append(_layer(entry.info, tag_id, malformed, rows, casts, vectors, needs.format))
+        return found
 
-    def _load(self, ctx, experiment_id: str, run: str, entries: list[TagEntry]) -> None:
-        raw = read_raw(
-            self._provider, ctx, experiment_id, self._plugin_name, run, [e.tag for e in entries]
-        )
-        for entry in entries:
-            found = raw.get(entry.tag) or from_arrays([], [], [])
-            series = decode_series(found, entry.info)
-            self._series.put((experiment_id, run, entry.tag), (entry.fingerprint, series))
+    def record(self, run: str, entry: TagEntry, step: int | None) -> tuple[int, NumericsRecord]:
+        """The held step of ``entry`` nearest to ``step`` (the last when None; the earlier
+        one on a tie) and its record; 404 when it has no readable step."""
+        db = self._store()
+        ((tag_id, _),) = self._tag_ids(run, [entry])
+        held = db.rows(run, [tag_id], ()).steps if tag_id is not None else np.zeros(0, np.int64)
+        if not len(held):
+            raise NotFound(f"layer {entry.info.name!r} has no readable steps")
+        row = len(held) - 1 if step is None else _nearest(held, step)
+        found = db.rows(run, [tag_id], (), vectors=True, steps=(int(held[row]),))
+        data, offsets = found.vectors
+        vector = np.frombuffer(data[offsets[-2] : offsets[-1]], dtype=np.uint8)
+        return int(held[row]), decode_tensor(vector, entry.info)
 
     # -- scalars ---------------------------------------------------------------------------
     def scalar_runs(self, ctx, experiment_id: str) -> list[str]:
@@ -291,6 +179,51 @@ class NumericsStore:
         result = build()
         self._results.put(key, (fingerprint, result))
         return result
+
+
+def _layer(
+    info: TagInfo,
+    tag_id: int | None,
+    malformed: int,
+    rows: Rows,
+    casts: Rows | None,
+    vectors: Rows | None,
+    format_name: str | None,
+) -> LayerSeries:
+    """One tag's ``LayerSeries`` out of the rows read for several tags."""
+    start, end = rows.bounds(tag_id) if tag_id is not None else (0, 0)
+    columns = {name: values[start:end] for name, values in rows.columns.items()}
+    series = LayerSeries(info, rows.steps[start:end], columns, skipped_steps=malformed)
+    if tag_id is None or format_name is None:
+        return series
+    if format_name in info.formats and casts is not None:
+        first, last = casts.bounds(tag_id)
+        for kind in ("underflow", "overflow"):
+            series.columns[f"{kind}:{format_name}"] = casts.columns[kind][first:last]
+    elif vectors is not None:
+        series.bins = _bins(vectors, tag_id, len(info.formats))
+    return series
+
+
+def _bins(vectors: Rows, tag_id: int, n_formats: int) -> Bins:
+    """The exponent histograms of one tag's rows, decoded from their stored vectors."""
+    start, end = vectors.bounds(tag_id)
+    data, offsets = vectors.vectors
+    part = data[offsets[start] : offsets[end]]
+    sizes = np.diff(offsets[start : end + 1])
+    decoded = decode_rows(part, sizes, np.full(end - start, n_formats, dtype=np.int64))
+    return Bins(decoded.bins_lo, decoded.bin_starts, decoded.bins)
+
+
+def _nearest(steps: np.ndarray, step: int) -> int:
+    """The row of the held step nearest to ``step`` (the earlier one on a tie)."""
+    right = int(np.searchsorted(steps, step, side="left"))
+    if right == 0:
+        return 0
+    if right == len(steps):
+        return right - 1
+    left = right - 1
+    return left if step - steps[left] <= steps[right] - step else right
 
 
 def _result_size(result: object) -> int:

@@ -10,11 +10,12 @@ from tandv_tb import formats as fmt
 from tandv_tb import metadata
 from tandv_tb.plugin import metrics
 from tandv_tb.plugin.casts import cast_counts
-from tandv_tb.plugin.columns import LayerSeries
+from tandv_tb.plugin.columns import LayerSeries, Needs, record_series
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows, union_steps
-from tandv_tb.plugin.params import MAX_STEP, NotFound, Params, RequestError
+from tandv_tb.plugin.listing import RunIndex, TagEntry
+from tandv_tb.plugin.params import MAX_STEP, Params, RequestError
 from tandv_tb.plugin.responses import Matrix, Numbers
-from tandv_tb.plugin.store import NumericsStore, RunIndex, TagEntry
+from tandv_tb.plugin.store import NumericsStore
 from tandv_tb.stats.record import COUNTS
 
 MAX_COLUMNS = 10_000
@@ -30,8 +31,8 @@ class Query:
     experiment_id: str
     params: Params
 
-    def series(self, index: RunIndex, entries: list[TagEntry]) -> list[LayerSeries]:
-        return self.store.series(self.ctx, self.experiment_id, index, entries)
+    def series(self, index: RunIndex, entries: list[TagEntry], needs: Needs) -> list[LayerSeries]:
+        return self.store.series(index.run, entries, needs)
 
 
 # -- shared parameter handling -----------------------------------------------------------
@@ -127,7 +128,7 @@ def layers(query: Query, index: RunIndex) -> dict:
     tensor_type = query.params.text("tensor_type")
     entries = index.layers(tensor_type)
     listed, skipped = [], []
-    for entry, series in zip(entries, query.series(index, entries)):
+    for entry, series in zip(entries, query.series(index, entries, Needs(("dtype_code",)))):
         row = _layer_json(entry, series)
         row["formats"] = list(entry.info.formats)
         row["steps"] = len(series)
@@ -154,7 +155,7 @@ def steps(query: Query, index: RunIndex) -> dict:
     tensor_type = query.params.text("tensor_type")
     layer = query.params.text("layer", required=False)
     entries = [index.layer(tensor_type, layer)] if layer else index.layers(tensor_type)
-    found = union_steps([s.steps for s in query.series(index, entries)], None, None)
+    found = union_steps([s.steps for s in query.series(index, entries, Needs())], None, None)
     return {"run": index.run, "tensor_type": tensor_type, "layer": layer, "steps": Numbers(found)}
 
 
@@ -166,24 +167,21 @@ def histogram(query: Query, index: RunIndex) -> dict:
     step = params.integer("step", low=0, high=MAX_STEP)
     asked = _formats(params)
     listed = []
-    for entry, series in zip(entries, query.series(index, entries)):
-        if not len(series):
-            raise NotFound(f"layer {entry.info.name!r} has no readable steps")
-        row = series.nearest_row(step) if step is not None else len(series) - 1
-        one = series.take(np.array([row]))
-        record = one.record(0)
+    for entry in entries:
+        held_step, record = query.store.record(index.run, entry, step)
+        one = record_series(entry.info, held_step, record)
         shown = asked or list(
             dict.fromkeys([record.dtype, *entry.info.formats, *fmt.DEFAULT_OVERLAYS])
         )
         dtype_info = fmt.info(record.dtype)
         item = {
             **_layer_json(entry, one),
-            "step": int(one.steps[0]),
+            "step": held_step,
             "dtype_min_exponent": dtype_info.min_exponent,
             "dtype_max_exponent": dtype_info.max_exponent,
             **{name: getattr(record, name) for name in COUNTS},
             "bins_lo": record.bins_lo,
-            "counts": Numbers(record.counts),
+            "counts": Numbers(np.asarray(record.counts, dtype=np.int64)),
             "statistics": record.statistics,
             "formats": [_format_counts(one, name) for name in shown],
         }
@@ -218,7 +216,7 @@ def heatmap(query: Query, index: RunIndex) -> dict:
     how = params.choice("reduce", REDUCTIONS, "max")
     low, high = params.step_window()
     entries = _selected_layers(index, tensor_type, params)
-    all_series = query.series(index, entries)
+    all_series = query.series(index, entries, metrics.needs(chosen, format_name))
     rows, exact = [], []
     for series in all_series:
         values, is_exact = metrics.values(series, chosen, format_name)
@@ -256,8 +254,11 @@ def series(query: Query, index: RunIndex) -> dict:
     points = params.integer("points", low=1, high=MAX_POINTS)
     how = params.choice("reduce", REDUCTIONS, "max") if points is not None else None
     low, high = params.step_window()
+    needs = Needs()
+    for metric in chosen:
+        needs = needs | metrics.needs(metric, format_name)
     listed = []
-    for entry, layer_series in zip(entries, query.series(index, entries)):
+    for entry, layer_series in zip(entries, query.series(index, entries, needs)):
         steps = union_steps([layer_series.steps], low, high)
         columns = Columns.split(steps, points)
         for metric in chosen:

@@ -1,4 +1,5 @@
-"""The plugin's columnar decoding against ``summary.decode_tensor``, step by step."""
+"""Columnar decoding (``record_columns``) against ``summary.decode_tensor``, record by record,
+and the plugin's cast estimates from decoded bins against ``read_frame``'s."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 from tandv_tb import formats as fmt
 from tandv_tb.metadata import TagInfo
 from tandv_tb.plugin.casts import cast_counts
-from tandv_tb.plugin.columns import decode_arrays as decode_series
-from tandv_tb.summary import decode_tensor, encode_record
+from tandv_tb.plugin.columns import Bins, LayerSeries
+from tandv_tb.record_columns import decode_rows, to_record
+from tandv_tb.summary import decode_tensor, encode_record, encode_varints
 from tests.plugin_helpers import make_record, stored
 
 INFO = TagInfo("layers.0", "Activation", "Linear", 0, ("float8_e4m3fn", "bfloat16"))
@@ -33,29 +35,31 @@ def _same_record(a, b) -> None:
     assert a == b, (a, b)
 
 
+def _decode(vectors: list, n_formats: int = len(INFO.formats)):
+    """``decode_rows`` of vectors stored as varint bytes (None: a row without a vector)."""
+    parts = [b"" if v is None else encode_varints(v) for v in vectors]
+    sizes = np.array([-1 if v is None else len(p) for v, p in zip(vectors, parts)])
+    contents = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    return decode_rows(contents, sizes, np.full(len(vectors), n_formats, dtype=np.int64))
+
+
+def _series(info: TagInfo, vectors: list) -> LayerSeries:
+    """A ``LayerSeries`` of every column of decoded vectors, as the store builds one."""
+    rows = _decode(vectors, len(info.formats))
+    columns = {"dtype_code": rows.dtype_codes, "numel": rows.counts[:, 0]}
+    for k, name in enumerate(info.formats):
+        columns[f"underflow:{name}"] = rows.casts[2 * k :: 2 * len(info.formats)]
+        columns[f"overflow:{name}"] = rows.casts[2 * k + 1 :: 2 * len(info.formats)]
+    bins = Bins(rows.bins_lo, rows.bin_starts, rows.bins)
+    return LayerSeries(info, np.arange(len(rows)), columns, bins)
+
+
 def test_every_row_equals_decode_tensor():
     values = _encoded(1, 60)
-    steps = list(range(0, 120, 2))
-    series = decode_series(steps, [float(s) for s in steps], values, INFO)
-    assert series.steps.tolist() == steps
+    rows = _decode(values)
+    assert rows.kept.tolist() == list(range(60))
     for row, value in enumerate(values):
-        _same_record(series.record(row), decode_tensor(value, INFO))
-
-
-def test_rows_are_sorted_by_step_and_a_repeated_step_keeps_the_later_datum():
-    values = _encoded(2, 5)
-    series = decode_series([30, 10, 20, 10, 0], [0.0] * 5, values, INFO)
-    assert series.steps.tolist() == [0, 10, 20, 30]
-    _same_record(series.record(1), decode_tensor(values[3], INFO))
-    _same_record(series.record(3), decode_tensor(values[0], INFO))
-
-
-def test_take_and_nearest_row():
-    values = _encoded(3, 6)
-    series = decode_series([0, 10, 20, 30, 40, 50], [0.0] * 6, values, INFO)
-    assert [series.nearest_row(s) for s in (0, 4, 5, 6, 49, 99)] == [0, 0, 0, 1, 5, 5]
-    part = series.take(np.array([1, 4]))
-    _same_record(part.record(1), decode_tensor(values[4], INFO))
+        _same_record(to_record(rows, row, INFO.formats), decode_tensor(value, INFO))
 
 
 def _corrupt(value: np.ndarray, how: int, where: int, amount: int) -> np.ndarray:
@@ -80,26 +84,34 @@ def test_malformed_steps_are_skipped_exactly_where_decode_tensor_refuses(seed, d
     values = _encoded(seed, 10)
     for index, how, where, amount in damage:
         values[index] = _corrupt(values[index], how, where, amount or 1)
-    series = decode_series(list(range(10)), [0.0] * 10, values, INFO)
+    rows = _decode(values)
     accepted = []
     for step, value in enumerate(values):
         with contextlib.suppress(ValueError):
             accepted.append((step, decode_tensor(value, INFO)))
-    assert series.steps.tolist() == [step for step, _ in accepted]
+    assert rows.kept.tolist() == [step for step, _ in accepted]
     for row, (_, record) in enumerate(accepted):
-        _same_record(series.record(row), record)
+        _same_record(to_record(rows, row, INFO.formats), record)
 
 
-def test_wrong_shapes_and_dtypes_are_skipped():
+def test_rows_without_a_vector_and_short_vectors_are_skipped():
     good = _encoded(4, 1)[0]
-    odd = [good.astype(np.float64), good.reshape(1, -1), np.zeros(3, np.int64), good]
-    series = decode_series([0, 1, 2, 3], [0.0] * 4, odd, INFO)
-    assert series.steps.tolist() == [3]
+    rows = _decode([None, np.zeros(3, np.int64), good[:-1], good])
+    assert rows.kept.tolist() == [3]
 
 
-def test_no_steps():
-    series = decode_series([], [], [], INFO)
-    assert len(series) == 0 and series.bins.size == 0
+def test_a_cut_varint_loses_only_its_row():
+    good = encode_varints(_encoded(4, 1)[0])
+    cut = good[:-1] + bytes([0x80])  # its last varint never ends
+    contents = np.frombuffer(good + cut + good, dtype=np.uint8)
+    sizes = np.array([len(good), len(cut), len(good)])
+    rows = decode_rows(contents, sizes, np.full(3, len(INFO.formats)))
+    assert rows.kept.tolist() == [0, 2]
+
+
+def test_no_rows():
+    rows = _decode([])
+    assert len(rows) == 0 and rows.bins.size == 0
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64", "float16"])
@@ -112,9 +124,7 @@ def test_estimated_casts_equal_frame_format_split(dtype, target):
     rng = np.random.default_rng(7)
     records = [stored(make_record(rng, dtype, ())) for _ in range(40)]
     info = TagInfo("x", "Activation", "", 0, ())
-    series = decode_series(
-        list(range(40)), [0.0] * 40, [encode_record(r, ()) for r in records], info
-    )
+    series = _series(info, [encode_record(r, ()) for r in records])
     casts = cast_counts(series, target)
     assert casts.exact == (fmt.info(target).name == dtype)
     for row, record in enumerate(records):
@@ -126,7 +136,7 @@ def test_estimated_casts_equal_frame_format_split(dtype, target):
 
 def test_recorded_formats_are_exact():
     values = _encoded(5, 8)
-    series = decode_series(list(range(8)), [0.0] * 8, values, INFO)
+    series = _series(INFO, values)
     casts = cast_counts(series, "float8_e4m3fn")
     assert casts.exact
     expected = [decode_tensor(v, INFO).underflow["float8_e4m3fn"] for v in values]

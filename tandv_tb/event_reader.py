@@ -1,0 +1,324 @@
+"""The one reader of numerics event files, for ``read_frame`` and the plugin's store.
+
+An event file is a sequence of records: ``uint64 length``, ``uint32 masked crc32c(length)``,
+``data`` (an ``Event`` proto), ``uint32 masked crc32c(data)``. ``read_chunk`` reads the
+numerics values of one file from a byte offset on, so a growing file is read a piece at a
+time, and returns them as flat arrays (no Python object per value beyond what protobuf
+makes). Damage is never fatal:
+
+- a cut-short last record is where reading stops: while a file may still grow (``final``
+  false) it is the part a writer has not finished, read next time; otherwise (the normal
+  state of a file after a crash) it is reported and skipped;
+- a record whose data fails its checksum is skipped, and reading goes on at the next record
+  (the header, checked by its own checksum, still gives the length);
+- after a header that fails its checksum (flipped bytes, a zero-filled tail), reading goes
+  on at the next offset where a whole record passes both checksums;
+- an event that is not an ``Event`` proto, the values of a tag whose metadata is
+  unreadable, from a newer tandv_tb or lost (in a damaged first record), and a value whose
+  tensor is not a stored vector are skipped.
+
+Each skip is described in ``Chunk.problems``: one sentence naming the file, the reason and,
+where the damage lets it be known, the tag and step; for damaged bytes, the byte range and
+the steps of the readable records around it. A refused tag is described once per table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import struct
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from tensorboard.compat.proto import event_pb2, types_pb2
+from tensorboard.util import tensor_util
+
+from tandv_tb.event_file import masked_crc32c
+from tandv_tb.metadata import PLUGIN_NAME, TagInfo, parse_plugin_metadata
+from tandv_tb.summary import encode_varints, stored_vector
+
+_HEADER, _FOOTER = 12, 4  # length + its crc; data crc
+_LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")
+_NONZERO = re.compile(rb"[^\x00]")
+_TAG_PREFIX = f"{PLUGIN_NAME}/"
+#: Bytes read from a file at a time: a big file is read in pieces of about this size
+#: (decoding a piece takes about 8 times its size in memory).
+CHUNK_BYTES = 16 << 20
+
+
+class TagTable:
+    """What is known of one run's numerics tags, across its files and reads: each tag's
+    metadata comes from its first record only (as TensorBoard keeps it)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.contents: list[bytes] = []  # each tag's plugin content, as stored
+        self.infos: list[TagInfo | None] = []  # None: refused, see ``errors``
+        self.errors: dict[str, str] = {}
+        self._index: dict[str, int] = {}
+        self._reported: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def index(self, tag: str) -> int | None:
+        return self._index.get(tag)
+
+    def add(self, tag: str, content: bytes) -> int:
+        """Register a tag from its metadata's plugin content (a refused one gets None)."""
+        found = self._index.get(tag)
+        if found is not None:
+            return found
+        try:
+            info: TagInfo | None = parse_plugin_metadata(content)
+        except ValueError as error:  # UnsupportedVersion included
+            info = None
+            self.errors[tag] = str(error)
+        self._index[tag] = len(self.names)
+        self.names.append(tag)
+        self.contents.append(bytes(content))
+        self.infos.append(info)
+        return self._index[tag]
+
+    def refuse_once(self, tag: str) -> bool:
+        """True the first time a refused tag is met (so that it is described once)."""
+        if tag in self._reported:
+            return False
+        self._reported.add(tag)
+        return True
+
+
+@dataclasses.dataclass
+class Chunk:
+    """The numerics values read from one file between two offsets, in file order.
+
+    Value i is tag ``tags[i]`` (an index into the run's ``TagTable``) at ``steps[i]``; its
+    stored vector (varint bytes, see ``tandv_tb.summary``) is the next ``sizes[i]`` bytes of
+    ``contents``, or absent (``sizes[i] == -1``) when its tensor is not a stored vector."""
+
+    end: int  # the offset up to which the file was read
+    tags: np.ndarray  # int32[V]
+    steps: np.ndarray  # int64[V]
+    wall_times: np.ndarray  # float64[V]
+    sizes: np.ndarray  # int64[V]
+    contents: np.ndarray  # uint8[sum of the non-negative sizes]
+    problems: list[str]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each value's bytes start in ``contents``."""
+        return np.concatenate(([0], np.cumsum(np.maximum(self.sizes, 0))[:-1])).astype(np.int64)
+
+
+@dataclasses.dataclass
+class _Damage:
+    """Bytes ``start:end`` of a file hold no readable record."""
+
+    start: int
+    end: int
+    reason: str
+
+
+def _crc_at(data, offset: int) -> int:
+    return _CRC.unpack_from(data, offset)[0]
+
+
+def _record_end(data, offset: int) -> int | None:
+    """The end of the whole, checksum-valid record starting at ``offset``, else None."""
+    if len(data) - offset < _HEADER + _FOOTER:
+        return None
+    if masked_crc32c(data[offset : offset + 8]) != _crc_at(data, offset + 8):
+        return None
+    end = offset + _HEADER + _LENGTH.unpack_from(data, offset)[0] + _FOOTER
+    if end > len(data) or masked_crc32c(data[offset + _HEADER : end - _FOOTER]) != _crc_at(
+        data, end - _FOOTER
+    ):
+        return None
+    return end
+
+
+def _next_record(data, offset: int) -> int | None:
+    """The first offset from ``offset`` on where a whole valid record starts, else None."""
+    while offset < len(data) - _HEADER - _FOOTER + 1:
+        if data[offset : offset + _HEADER] == bytes(_HEADER):  # never a valid header
+            found = _NONZERO.search(data, offset)
+            if found is None:
+                break
+            offset = max(offset + 1, found.start() - _HEADER + 1)
+            continue
+        if _record_end(data, offset) is not None:
+            return offset
+        offset += 1
+    return None
+
+
+def _frames(data, final: bool):
+    """``(start, end)`` of the data of every valid record, and a ``_Damage`` for each gap;
+    finally the offset up to which ``data`` was consumed."""
+    offset, size = 0, len(data)
+    while offset < size:
+        if size - offset < _HEADER:
+            break
+        if masked_crc32c(data[offset : offset + 8]) != _crc_at(data, offset + 8):
+            resume = _next_record(data, offset + 1)
+            if resume is None:  # maybe a record that is still being written
+                break
+            yield _Damage(offset, resume, "damaged: a record header fails its checksum")
+            offset = resume
+            continue
+        end = offset + _HEADER + _LENGTH.unpack_from(data, offset)[0] + _FOOTER
+        if end > size:
+            break
+        if masked_crc32c(data[offset + _HEADER : end - _FOOTER]) != _crc_at(data, end - _FOOTER):
+            yield _Damage(offset, end, "damaged: a record's data fails its checksum")
+        else:
+            yield (offset + _HEADER, end - _FOOTER)
+        offset = end
+    if final and offset < size:
+        if size - offset < _HEADER:
+            reason = "the last record is truncated (in its header)"
+        elif masked_crc32c(data[offset : offset + 8]) != _crc_at(data, offset + 8):
+            reason = "damaged: a record header fails its checksum"
+        else:
+            reason = "the last record is truncated (as after a crash)"
+        yield _Damage(offset, size, reason)
+        offset = size
+    yield offset
+
+
+def read_chunk(
+    path: str, offset: int, table: TagTable, *, final: bool, max_bytes: int = CHUNK_BYTES
+) -> Chunk:
+    """The numerics values of the file at ``path`` from byte ``offset`` on (up to about
+    ``max_bytes``, always at least one whole record). With ``final`` the file is taken as
+    complete, so a cut-short last record is damage rather than unfinished."""
+    problems: list[str] = []
+    try:
+        with open(path, "rb") as file:
+            file.seek(offset)
+            data = file.read(max_bytes)
+            if len(data) >= max_bytes and _record_end(data, 0) is None:
+                data += _rest_of_first_record(file, data)
+            at_end = not file.read(1)
+    except OSError as error:
+        return _empty(offset, [f"{path}: skipped the file, it cannot be read ({error})"])
+    values = _Values()
+    pending: list[_Damage] = []  # reported once the next readable step is known
+    step: int | None = None
+    for item in _frames(data, final and at_end):
+        if isinstance(item, int):
+            consumed = item
+        elif isinstance(item, _Damage):
+            pending.append(item)
+        else:
+            try:
+                event = event_pb2.Event.FromString(data[item[0] : item[1]])
+            except DecodeError:
+                problems.append(
+                    f"{path}: skipped an event that is not a valid Event proto (after step {step})"
+                )
+                continue
+            for damage in pending:
+                problems.append(_damage_text(path, offset, damage, step, event.step))
+            pending, step = [], event.step
+            values.add_event(event, table, path, problems)
+    if consumed == 0 and len(data) >= max_bytes:  # a whole piece without a record start
+        consumed = len(data) // 2
+        pending.append(_Damage(0, consumed, "damaged: no readable record"))
+    for damage in pending:
+        problems.append(_damage_text(path, offset, damage, step, None))
+    return values.chunk(offset + consumed, problems)
+
+
+def _rest_of_first_record(file, data: bytes) -> bytes:
+    """The bytes that complete a first record longer than the piece read, if its header is
+    whole and valid (else none: it is damage, found by the framing)."""
+    if masked_crc32c(data[:8]) != _crc_at(data, 8):
+        return b""
+    need = _HEADER + _LENGTH.unpack_from(data, 0)[0] + _FOOTER
+    return file.read(need - len(data)) if need > len(data) else b""
+
+
+def _empty(end: int, problems: list[str]) -> Chunk:
+    return _Values().chunk(end, problems)
+
+
+def _damage_text(path: str, base: int, damage: _Damage, before, after) -> str:
+    where = [f"after step {before}" if before is not None else "before the first record"]
+    if after is not None:
+        where.append(f"before step {after}")
+    return (
+        f"{path}: {damage.reason}: skipped bytes {base + damage.start}-{base + damage.end} "
+        f"({' and '.join(where)}); every other record is read"
+    )
+
+
+class _Values:
+    """The numerics values of a chunk as they are met, turned into arrays at the end."""
+
+    def __init__(self) -> None:
+        self.tags: list[int] = []
+        self.steps: list[int] = []
+        self.wall_times: list[float] = []
+        self.sizes: list[int] = []
+        self.contents: list[bytes] = []
+
+    def add_event(self, event, table: TagTable, path: str, problems: list[str]) -> None:
+        for value in event.summary.value:
+            index = table.index(value.tag)
+            if index is None and value.HasField("metadata"):
+                plugin = value.metadata.plugin_data
+                if plugin.plugin_name != PLUGIN_NAME:
+                    continue
+                index = table.add(value.tag, plugin.content)
+            if index is None:
+                if value.tag.startswith(_TAG_PREFIX) and table.refuse_once(value.tag):
+                    problems.append(
+                        f"{path}: skipped the records of tag {value.tag!r} from step "
+                        f"{event.step}: its metadata (in the tag's first record) was not read"
+                    )
+                continue
+            if table.infos[index] is None:
+                if table.refuse_once(value.tag):
+                    error = table.errors[value.tag]
+                    problems.append(f"{path}: skipped the records of tag {value.tag!r}: {error}")
+                continue
+            content = _stored_bytes(value.tensor)
+            self.tags.append(index)
+            self.steps.append(event.step)
+            self.wall_times.append(event.wall_time)
+            self.sizes.append(-1 if content is None else len(content))
+            if content is not None:
+                self.contents.append(content)
+
+    def chunk(self, end: int, problems: list[str]) -> Chunk:
+        return Chunk(
+            end=end,
+            tags=np.asarray(self.tags, dtype=np.int32),
+            steps=np.asarray(self.steps, dtype=np.int64),
+            wall_times=np.asarray(self.wall_times, dtype=np.float64),
+            sizes=np.asarray(self.sizes, dtype=np.int64),
+            contents=np.frombuffer(b"".join(self.contents), dtype=np.uint8),
+            problems=problems,
+        )
+
+
+def _stored_bytes(tensor) -> bytes | None:
+    """The varint bytes of a stored vector: ``tensor_content`` of a version-2 tensor as is,
+    any other 1-D integer vector (version 1) encoded; None for anything else."""
+    dims = tensor.tensor_shape.dim
+    if (
+        tensor.dtype == types_pb2.DT_UINT8
+        and len(dims) == 1
+        and dims[0].size == len(tensor.tensor_content)
+    ):
+        return tensor.tensor_content
+    if len(dims) != 1 or not 0 <= dims[0].size <= max(tensor.ByteSize(), 1):
+        return None  # refused before make_ndarray could allocate a huge array
+    try:
+        return encode_varints(stored_vector(tensor_util.make_ndarray(tensor)))
+    except (TypeError, ValueError):
+        return None

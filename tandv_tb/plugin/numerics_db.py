@@ -1,0 +1,471 @@
+"""The plugin's own store of every numerics record under a logdir, in DuckDB.
+
+TensorBoard keeps a sample of a plugin's steps in memory; a numerics tool must keep every
+one (the step where a NaN appeared is the one a sample drops). This store reads the event
+files itself (``tandv_tb.event_reader``) into an embedded DuckDB database that lives in a
+cache folder outside the logdir (read-only logdirs work), so a second start is fast and the
+server's memory is bounded by DuckDB's buffer limit, not by the logdir's size.
+
+- ``records``: one row per numerics record with its step, counts and statistics as columns
+  (what heatmaps and lines read, a column at a time) and its stored vector (varint bytes,
+  ``tandv_tb.summary``) for histograms and estimates; ``casts``: the exact under/overflow
+  per recorded format; ``tags``: each tag's metadata (from its first record); ``files``:
+  how far each event file was read.
+- A run is brought up to date when it is asked for, at most once per ``REFRESH_SECS``:
+  new bytes of growing files, new files, and a file that was replaced or shrank is read
+  again from its start. Each file's new records and its new offset are committed in one
+  transaction, so a killed server leaves a store that is whole up to some offset.
+- A store that cannot be opened (damaged by a killed process, written by another
+  ``SCHEMA_VERSION``) is rebuilt; a cache folder that cannot be written, or a store held by
+  another ``tensorboard`` on the same logdir, gives way to a temporary one, with a warning.
+
+DuckDB was chosen by measurement over Parquet files (``bench/RESULTS.md``): it appends,
+filters by run and tag and reads single columns without hand-written file management.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from tandv_tb.event_reader import Chunk, TagTable, read_chunk
+from tandv_tb.metadata import TagInfo
+from tandv_tb.record_columns import DecodedRows, decode_rows, ragged_index
+from tandv_tb.stats.record import COUNTS, STATISTICS
+
+logger = logging.getLogger(__name__)
+
+#: Bump when the tables change: a store of another version is rebuilt, never misread.
+SCHEMA_VERSION = 1
+#: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
+REFRESH_SECS = 1.0
+#: DuckDB's buffer limit: what bounds the server's memory, whatever the logdir's size.
+MEMORY_LIMIT = "256MB"
+_HEAD_BYTES = 64  # a file whose first bytes changed was replaced
+_SCALARS = ("dtype_code", *COUNTS, *STATISTICS)
+
+_SCHEMA = f"""
+CREATE TABLE meta (key VARCHAR, value VARCHAR);
+CREATE TABLE runs (run_id INTEGER, run VARCHAR);
+CREATE TABLE files (file_id INTEGER, run_id INTEGER, name VARCHAR, consumed BIGINT,
+                    n_values BIGINT, head BLOB);
+CREATE TABLE tags (run_id INTEGER, tag_id INTEGER, tag VARCHAR, content BLOB,
+                   malformed BIGINT);
+CREATE TABLE records (run_id INTEGER, file_id INTEGER, seq BIGINT, tag_id INTEGER,
+                      step BIGINT, wall_time DOUBLE, dtype_code TINYINT,
+                      {", ".join(f"{c} BIGINT" for c in COUNTS)},
+                      {", ".join(f"{s} DOUBLE" for s in STATISTICS)}, vector BLOB);
+CREATE TABLE casts (run_id INTEGER, file_id INTEGER, seq BIGINT, tag_id INTEGER,
+                    step BIGINT, format VARCHAR, underflow BIGINT, overflow BIGINT);
+"""
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/tandv_tb`` (``~/.cache/tandv_tb``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tandv_tb"
+
+
+def store_path(logdir: str, cache_dir: str | os.PathLike | None) -> Path:
+    """The database file of a logdir: one per logdir (by its real path) and version."""
+    real = os.path.realpath(logdir)
+    key = hashlib.sha256(real.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    base = Path(cache_dir) if cache_dir else default_cache_dir()
+    return base / f"{key}-v{SCHEMA_VERSION}" / "numerics.duckdb"
+
+
+@dataclasses.dataclass
+class Rows:
+    """Records of several tags of a run, sorted by (tag, step), one per (tag, step) (of
+    two records at one step the later written stays, as in TensorBoard)."""
+
+    tag_ids: np.ndarray  # int32[N]
+    steps: np.ndarray  # int64[N]
+    columns: dict[str, np.ndarray]  # name -> [N]
+    vectors: tuple[np.ndarray, np.ndarray] | None = None  # (bytes uint8, offsets int64[N+1])
+
+    def bounds(self, tag_id: int) -> tuple[int, int]:
+        start = int(np.searchsorted(self.tag_ids, tag_id, side="left"))
+        return start, int(np.searchsorted(self.tag_ids, tag_id, side="right"))
+
+
+class NumericsDB:
+    """Every numerics record of the runs under ``logdir``, kept up to date from the files."""
+
+    def __init__(self, logdir: str, cache_dir: str | os.PathLike | None = None):
+        self.logdir = logdir
+        self.path = self._open(store_path(logdir, cache_dir))
+        self._write_lock = threading.Lock()
+        self._checked: dict[str, float] = {}
+        self._tables: dict[str, TagTable] = {}
+        self._versions: dict[str, int] = {}
+
+    # -- opening ---------------------------------------------------------------------------
+    def _open(self, path: Path) -> Path:
+        for attempt in (path, None):
+            if attempt is None:
+                attempt = Path(tempfile.mkdtemp(prefix="tandv_tb-")) / "numerics.duckdb"
+            try:
+                self._connection = self._connect(attempt)
+                return attempt
+            except (duckdb.Error, OSError) as error:
+                if attempt == path:
+                    logger.warning(
+                        "tandv_tb: cannot use the numerics store %s (%s); using a temporary "
+                        "one instead (it is rebuilt at each start)",
+                        path,
+                        error,
+                    )
+                else:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _connect(self, path: Path) -> duckdb.DuckDBPyConnection:
+        """A connection to a store of this version at ``path``; a damaged store or one of
+        another version is deleted and made anew."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            connection = self._configure(duckdb.connect(str(path)))
+            version = connection.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if version and version[0] == str(SCHEMA_VERSION):
+                return connection
+            connection.close()
+            logger.warning("tandv_tb: the numerics store %s is of another version: rebuilt", path)
+        except duckdb.IOException as error:
+            if "lock" in str(error).lower():
+                raise  # held by another process: not ours to delete
+            logger.warning("tandv_tb: the numerics store %s is damaged (%s): rebuilt", path, error)
+        except duckdb.Error as error:
+            logger.warning("tandv_tb: the numerics store %s is damaged (%s): rebuilt", path, error)
+        for stale in path.parent.glob(path.name + "*"):  # the database and its WAL
+            stale.unlink()
+        connection = self._configure(duckdb.connect(str(path)))
+        connection.execute(_SCHEMA)
+        connection.execute("INSERT INTO meta VALUES ('schema', ?)", [str(SCHEMA_VERSION)])
+        return connection
+
+    @staticmethod
+    def _configure(connection: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        connection.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        connection.execute("SET threads = 2")
+        return connection
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of this thread's own (one DuckDB connection is not thread-safe)."""
+        return self._connection.cursor()
+
+    def close(self) -> None:
+        self._connection.close()
+
+    # -- keeping up with the files -----------------------------------------------------------
+    def refresh(self, run: str) -> int:
+        """Read what is new in the run's event files; the run's version (it changes when
+        records were added or removed)."""
+        now = time.monotonic()
+        if now - self._checked.get(run, -REFRESH_SECS) < REFRESH_SECS:
+            return self._versions.get(run, 0)
+        with self._write_lock:
+            if now - self._checked.get(run, -REFRESH_SECS) >= REFRESH_SECS:
+                cursor = self._cursor()
+                try:
+                    self._update(cursor, run)
+                except (duckdb.Error, OSError) as error:  # serve what is stored
+                    logger.warning("tandv_tb: could not update run %r in the store: %s", run, error)
+                    self._tables.pop(run, None)  # reloaded from what was committed
+                    with contextlib.suppress(duckdb.Error):
+                        cursor.execute("ROLLBACK")
+                self._checked[run] = time.monotonic()
+        return self._versions.get(run, 0)
+
+    def _run_dir(self, run: str) -> Path:
+        return Path(self.logdir) if run == "." else Path(self.logdir, *run.split("/"))
+
+    def _update(self, cursor, run: str) -> None:
+        run_id = self._run_id(cursor, run)
+        table = self._table(cursor, run, run_id)
+        known = {
+            name: (file_id, consumed, n_values, head)
+            for file_id, name, consumed, n_values, head in cursor.execute(
+                "SELECT file_id, name, consumed, n_values, head FROM files WHERE run_id = ?",
+                [run_id],
+            ).fetchall()
+        }
+        present = _event_files(self._run_dir(run))
+        changed = False
+        for name in set(known) - set(present):  # deleted: its records are gone too
+            self._forget_file(cursor, run_id, known.pop(name)[0])
+            changed = True
+        for name, size in present.items():
+            path = str(self._run_dir(run) / name)
+            head = _head(path)
+            entry = known.get(name)
+            if entry is not None and (size < entry[1] or head[: len(entry[3])] != entry[3]):
+                logger.info("tandv_tb: %s was replaced or shrank: read again", path)
+                self._forget_file(cursor, run_id, entry[0])
+                entry, changed = None, True
+            if entry is None:
+                entry = (self._new_file(cursor, run_id, name, head), 0, 0, head)
+            file_id, consumed, n_values, _ = entry
+            while consumed < size:
+                chunk = read_chunk(path, consumed, table, final=False)
+                if chunk.end <= consumed:
+                    break
+                self._ingest(cursor, run_id, file_id, n_values, chunk, table, head)
+                consumed, n_values, changed = chunk.end, n_values + len(chunk), True
+        if changed or run not in self._versions:
+            self._versions[run] = self._versions.get(run, 0) + 1
+
+    def _run_id(self, cursor, run: str) -> int:
+        found = cursor.execute("SELECT run_id FROM runs WHERE run = ?", [run]).fetchone()
+        if found:
+            return found[0]
+        run_id = cursor.execute("SELECT coalesce(max(run_id) + 1, 0) FROM runs").fetchone()[0]
+        cursor.execute("INSERT INTO runs VALUES (?, ?)", [run_id, run])
+        return run_id
+
+    def _table(self, cursor, run: str, run_id: int) -> TagTable:
+        """The run's tags as stored (metadata is in a tag's first record only)."""
+        if run not in self._tables:
+            table = TagTable()
+            for tag, content in cursor.execute(
+                "SELECT tag, content FROM tags WHERE run_id = ? ORDER BY tag_id", [run_id]
+            ).fetchall():
+                table.add(tag, content)
+            self._tables[run] = table
+        return self._tables[run]
+
+    def _new_file(self, cursor, run_id: int, name: str, head: bytes) -> int:
+        file_id = cursor.execute("SELECT coalesce(max(file_id) + 1, 0) FROM files").fetchone()[0]
+        cursor.execute("INSERT INTO files VALUES (?, ?, ?, 0, 0, ?)", [file_id, run_id, name, head])
+        return file_id
+
+    def _forget_file(self, cursor, run_id: int, file_id: int) -> None:
+        cursor.execute("BEGIN TRANSACTION")
+        for table in ("records", "casts", "files"):
+            cursor.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
+        cursor.execute("COMMIT")
+
+    def _ingest(
+        self,
+        cursor,
+        run_id: int,
+        file_id: int,
+        first_seq: int,
+        chunk: Chunk,
+        table: TagTable,
+        head: bytes,
+    ) -> None:
+        """One chunk's records, its new tags and the file's new offset, in one transaction."""
+        for problem in chunk.problems:
+            logger.warning("tandv_tb: %s", problem)
+        stored_tags = cursor.execute(
+            "SELECT count(*) FROM tags WHERE run_id = ?", [run_id]
+        ).fetchone()[0]
+        n_formats = np.array([len(i.formats) if i else 0 for i in table.infos], dtype=np.int64)
+        rows = decode_rows(chunk.contents, chunk.sizes, n_formats[chunk.tags])
+        malformed = np.bincount(chunk.tags, minlength=len(table)) - np.bincount(
+            chunk.tags[rows.kept], minlength=len(table)
+        )
+        cursor.execute("BEGIN TRANSACTION")
+        for tag_id in range(stored_tags, len(table)):
+            cursor.execute(
+                "INSERT INTO tags VALUES (?, ?, ?, ?, 0)",
+                [run_id, tag_id, table.names[tag_id], table.contents[tag_id]],
+            )
+        for tag_id in np.flatnonzero(malformed).tolist():
+            cursor.execute(
+                "UPDATE tags SET malformed = malformed + ? WHERE run_id = ? AND tag_id = ?",
+                [int(malformed[tag_id]), run_id, tag_id],
+            )
+        records, casts = _arrow_rows(run_id, file_id, first_seq, chunk, rows, table)
+        cursor.register("records_batch", records)
+        cursor.execute("INSERT INTO records SELECT * FROM records_batch")
+        cursor.unregister("records_batch")
+        if casts is not None:
+            cursor.register("casts_batch", casts)
+            cursor.execute("INSERT INTO casts SELECT * FROM casts_batch")
+            cursor.unregister("casts_batch")
+        cursor.execute(
+            "UPDATE files SET consumed = ?, n_values = ?, head = ? WHERE file_id = ?",
+            [chunk.end, first_seq + len(chunk), head, file_id],
+        )
+        cursor.execute("COMMIT")
+
+    # -- reading -----------------------------------------------------------------------------
+    def tags(self, run: str) -> dict[str, tuple[int, TagInfo | None, int]]:
+        """``{tag: (tag_id, info or None when refused, malformed records)}`` of a run (as
+        of its last ``refresh``)."""
+        table = self._tables.get(run)
+        if table is None:
+            return {}
+        return {
+            tag: (tag_id, table.infos[tag_id], bad)
+            for tag_id, tag, bad in self._cursor()
+            .execute(
+                "SELECT t.tag_id, t.tag, t.malformed FROM tags t JOIN runs r USING (run_id) "
+                "WHERE r.run = ?",
+                [run],
+            )
+            .fetchall()
+        }
+
+    def rows(
+        self,
+        run: str,
+        tag_ids: list[int],
+        columns: tuple[str, ...],
+        *,
+        vectors: bool = False,
+        steps: tuple[int, ...] | None = None,
+    ) -> Rows:
+        """The given scalar ``columns`` (of ``_SCALARS`` and ``wall_time``) of every record
+        of the tags (or only at ``steps``), and their stored vectors if asked."""
+        wanted = [c for c in columns if c in (*_SCALARS, "wall_time")]
+        select = ", ".join(["tag_id", "step", "file_id", "seq", *wanted])
+        if vectors:
+            select += ", vector"
+        where = "run_id = (SELECT run_id FROM runs WHERE run = ?) AND tag_id IN "
+        where += "(SELECT unnest(?::INTEGER[]))"
+        params: list = [run, list(tag_ids)]
+        if steps is not None:
+            where += " AND step IN (SELECT unnest(?::BIGINT[]))"
+            params.append(list(steps))
+        table = self._arrow(f"SELECT {select} FROM records WHERE {where}", params)
+        order = _latest_per_step(table)
+        found = Rows(
+            tag_ids=table.column("tag_id").to_numpy()[order].astype(np.int32),
+            steps=table.column("step").to_numpy()[order],
+            columns={c: _numpy(table.column(c))[order] for c in wanted},
+        )
+        if vectors:
+            found.vectors = _take_binary(table.column("vector"), order)
+        return found
+
+    def _arrow(self, query: str, params: list) -> pa.Table:
+        return self._cursor().sql(query, params=params).to_arrow_table()
+
+    def casts(self, run: str, tag_ids: list[int], format_name: str) -> Rows:
+        """Exact (underflow, overflow) of ``format_name`` at every record of the tags."""
+        table = self._arrow(
+            "SELECT tag_id, step, file_id, seq, underflow, overflow FROM casts "
+            "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) AND format = ? "
+            "AND tag_id IN (SELECT unnest(?::INTEGER[]))",
+            [run, format_name, list(tag_ids)],
+        )
+        order = _latest_per_step(table)
+        return Rows(
+            tag_ids=table.column("tag_id").to_numpy()[order].astype(np.int32),
+            steps=table.column("step").to_numpy()[order],
+            columns={c: _numpy(table.column(c))[order] for c in ("underflow", "overflow")},
+        )
+
+
+def _event_files(directory: Path) -> dict[str, int]:
+    """``{name: size}`` of the event files directly in ``directory`` (a run's own)."""
+    found = {}
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if "tfevents" in entry.name:
+                with contextlib.suppress(OSError):
+                    if entry.is_file():
+                        found[entry.name] = entry.stat().st_size
+    return dict(sorted(found.items()))
+
+
+def _head(path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read(_HEAD_BYTES)
+    except OSError:
+        return b""
+
+
+def _arrow_rows(
+    run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows, table: TagTable
+) -> tuple[pa.Table, pa.Table | None]:
+    """The ``records`` and ``casts`` rows of a chunk's readable records."""
+    kept = rows.kept
+    n = len(kept)
+    seq = first_seq + kept
+    tag_ids = chunk.tags[kept]
+    steps = chunk.steps[kept]
+    columns = {
+        "run_id": np.full(n, run_id, dtype=np.int32),
+        "file_id": np.full(n, file_id, dtype=np.int32),
+        "seq": seq.astype(np.int64),
+        "tag_id": tag_ids.astype(np.int32),
+        "step": steps,
+        "wall_time": chunk.wall_times[kept],
+        "dtype_code": rows.dtype_codes.astype(np.int8),
+    }
+    columns.update({c: rows.counts[:, i] for i, c in enumerate(COUNTS)})
+    columns.update({s: rows.statistics[:, i] for i, s in enumerate(STATISTICS)})
+    sizes = chunk.sizes[kept]
+    data = chunk.contents[ragged_index(chunk.offsets[kept], sizes)]
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    columns["vector"] = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    records = pa.table(columns)
+    n_pairs = np.diff(rows.cast_starts) // 2
+    if not n_pairs.any():
+        return records, None
+    row_of_pair = np.repeat(np.arange(n), n_pairs)
+    pair_in_row = np.arange(len(row_of_pair)) - np.repeat(rows.cast_starts[:-1] // 2, n_pairs)
+    names = [table.infos[t].formats for t in tag_ids[row_of_pair].tolist()]
+    casts = pa.table(
+        {
+            "run_id": np.full(len(row_of_pair), run_id, dtype=np.int32),
+            "file_id": np.full(len(row_of_pair), file_id, dtype=np.int32),
+            "seq": seq[row_of_pair].astype(np.int64),
+            "tag_id": tag_ids[row_of_pair].astype(np.int32),
+            "step": steps[row_of_pair],
+            "format": pa.array([f[k] for f, k in zip(names, pair_in_row.tolist())]),
+            "underflow": rows.casts[0::2],
+            "overflow": rows.casts[1::2],
+        }
+    )
+    return records, casts
+
+
+def _numpy(column: pa.ChunkedArray) -> np.ndarray:
+    return column.to_numpy()
+
+
+def _latest_per_step(table: pa.Table) -> np.ndarray:
+    """Row order by (tag, step), keeping of each (tag, step) the last written record."""
+    tags = table.column("tag_id").to_numpy()
+    steps = table.column("step").to_numpy()
+    order = np.lexsort(
+        (table.column("seq").to_numpy(), table.column("file_id").to_numpy(), steps, tags)
+    )
+    tags, steps = tags[order], steps[order]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = (tags[1:] != tags[:-1]) | (steps[1:] != steps[:-1])
+    return order[last]
+
+
+def _take_binary(column: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of the binary values at ``order``, concatenated, and their offsets."""
+    array = column.combine_chunks().cast(pa.large_binary())
+    validity, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[
+        array.offset : array.offset + len(array) + 1
+    ]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer else np.zeros(0, np.uint8)
+    starts, ends = offsets[:-1][order], offsets[1:][order]
+    sizes = ends - starts
+    return data[ragged_index(starts, sizes)], np.concatenate(([0], np.cumsum(sizes))).astype(
+        np.int64
+    )
