@@ -103,8 +103,15 @@ class Rows:
 class NumericsDB:
     """Every numerics record of the runs under ``logdir``, kept up to date from the files."""
 
-    def __init__(self, logdir: str, cache_dir: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        logdir: str,
+        cache_dir: str | os.PathLike | None = None,
+        *,
+        refresh_secs: float = REFRESH_SECS,
+    ):
         self.logdir = logdir
+        self._refresh_secs = refresh_secs
         self.path = self._open(store_path(logdir, cache_dir))
         self._write_lock = threading.Lock()
         self._checked: dict[str, float] = {}
@@ -137,8 +144,7 @@ class NumericsDB:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             connection = self._configure(duckdb.connect(str(path)))
-            version = connection.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if version and version[0] == str(SCHEMA_VERSION):
+            if _schema_version(connection) == str(SCHEMA_VERSION):
                 return connection
             connection.close()
             logger.warning("tandv_tb: the numerics store %s is of another version: rebuilt", path)
@@ -151,8 +157,7 @@ class NumericsDB:
         for stale in path.parent.glob(path.name + "*"):  # the database and its WAL
             stale.unlink()
         connection = self._configure(duckdb.connect(str(path)))
-        connection.execute(_SCHEMA)
-        connection.execute("INSERT INTO meta VALUES ('schema', ?)", [str(SCHEMA_VERSION)])
+        _schema_version(connection)
         return connection
 
     @staticmethod
@@ -173,10 +178,11 @@ class NumericsDB:
         """Read what is new in the run's event files; the run's version (it changes when
         records were added or removed)."""
         now = time.monotonic()
-        if now - self._checked.get(run, -REFRESH_SECS) < REFRESH_SECS:
+        last = self._checked.get(run)
+        if last is not None and now - last < self._refresh_secs:
             return self._versions.get(run, 0)
         with self._write_lock:
-            if now - self._checked.get(run, -REFRESH_SECS) >= REFRESH_SECS:
+            if self._checked.get(run) == last:
                 cursor = self._cursor()
                 try:
                     self._update(cursor, run)
@@ -369,6 +375,18 @@ class NumericsDB:
             steps=table.column("step").to_numpy()[order],
             columns={c: _numpy(table.column(c))[order] for c in ("underflow", "overflow")},
         )
+
+
+def _schema_version(connection: duckdb.DuckDBPyConnection) -> str | None:
+    """The store's schema version; ``SCHEMA_VERSION`` for a new, empty database (whose
+    tables are made here)."""
+    tables = connection.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    if not tables:
+        connection.execute(_SCHEMA)
+        connection.execute("INSERT INTO meta VALUES ('schema', ?)", [str(SCHEMA_VERSION)])
+        return str(SCHEMA_VERSION)
+    found = connection.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    return found[0] if found else None
 
 
 def _event_files(directory: Path) -> dict[str, int]:
