@@ -191,17 +191,24 @@ def _size(path: Path) -> int:
 
 
 class Server:
-    def __init__(self, logdir: Path):
+    """A ``tensorboard`` on a free port, with ``extra`` flags and ``env`` added to ours."""
+
+    def __init__(self, logdir: Path, extra: tuple[str, ...] = (), env: dict | None = None):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         tensorboard = str(Path(sys.executable).with_name("tensorboard"))
         self.started = time.time()
         self.process = subprocess.Popen(
-            [tensorboard, f"--logdir={logdir}", "--host=127.0.0.1", f"--port={self.port}"],
+            [tensorboard, f"--logdir={logdir}", "--host=127.0.0.1", f"--port={self.port}", *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
         )
+
+    def total_rss_mb(self) -> float:
+        """Resident memory (MiB) of all its processes together."""
+        return round(sum(self.rss_mb().values()), 1)
 
     def get(self, path: str, gzip: bool = False):
         url = f"http://127.0.0.1:{self.port}{path}"
