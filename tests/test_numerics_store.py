@@ -15,7 +15,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from tandv_tb.plugin.numerics_db import NumericsDB, store_path
+from tandv_tb.numerics_db import NumericsDB, store_path
 from tandv_tb.writer import NumericsWriter, RecordItem
 from tests.plugin_helpers import TensorBoardProcess, heatmap_values, make_record
 

@@ -1,4 +1,4 @@
-"""The plugin's own store of every numerics record under a logdir, in DuckDB.
+"""The store of every numerics record under a logdir, in DuckDB (for the plugin and findings).
 
 TensorBoard keeps a sample of a plugin's steps in memory; a numerics tool must keep every
 one (the step where a NaN appeared is the one a sample drops). This store reads the event
