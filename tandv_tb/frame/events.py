@@ -8,6 +8,8 @@ An event file is a sequence of records: ``uint64 length``, ``uint32 masked crc32
   (the header, checked by its own checksum, still gives the length);
 - after a header that fails its checksum (flipped bytes, a zero-filled tail), reading goes
   on at the next offset where a whole record passes both checksums;
+- tags of this plugin that hold no numerics (the non-finite watch's record, read by
+  ``tandv_tb.nonfinite``) are passed over silently;
 - an event that is not an ``Event`` proto, the records of a tag whose metadata is unreadable,
   from a newer tandv_tb or lost (in a damaged first record), and a record whose tensor is
   not a numerics vector (wrong shape, dtype or content) are skipped; so is a file that
@@ -35,7 +37,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.util import tensor_util
 
 from tandv_tb.event_file import masked_crc32c
-from tandv_tb.metadata import PLUGIN_NAME, TagInfo, parse_plugin_metadata
+from tandv_tb.metadata import PLUGIN_NAME, NotNumerics, TagInfo, parse_plugin_metadata
 from tandv_tb.stats.record import NumericsRecord
 from tandv_tb.summary import decode_tensor
 
@@ -43,6 +45,7 @@ _HEADER, _FOOTER = 12, 4  # length + its crc; data crc
 _LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")
 _NONZERO = re.compile(rb"[^\x00]")
 _TAG_PREFIX = f"{PLUGIN_NAME}/"
+_NOT_NUMERICS = "not numerics"  # a tag passed over without a warning
 
 
 class DataWarning(UserWarning):
@@ -141,17 +144,19 @@ def _tensor_values(tensor) -> np.ndarray:
         raise ValueError(f"unreadable tensor ({error})") from None
 
 
-def _tag_info(metadata) -> TagInfo | Exception | None:
+def _tag_info(metadata) -> TagInfo | Exception | str | None:
     if metadata.plugin_data.plugin_name != PLUGIN_NAME:
         return None
     try:
         return parse_plugin_metadata(metadata.plugin_data.content)
+    except NotNumerics:
+        return _NOT_NUMERICS
     except ValueError as error:  # UnsupportedVersion included
         return error
 
 
 def _records_in_file(
-    path: Path, tags: dict[str, TagInfo | Exception | None]
+    path: Path, tags: dict[str, TagInfo | Exception | str | None]
 ) -> Iterator[tuple[TagInfo, int, NumericsRecord]]:
     """Every numerics record of one event file; ``tags`` carries metadata across files."""
     try:
@@ -178,6 +183,8 @@ def _records_in_file(
             if value.HasField("metadata"):
                 tags.setdefault(value.tag, _tag_info(value.metadata))
             info = tags.get(value.tag)
+            if info is _NOT_NUMERICS:
+                continue
             if info is None:
                 if value.tag.startswith(_TAG_PREFIX) and value.tag not in refused:
                     refused.add(value.tag)
@@ -230,7 +237,7 @@ def read_records(
             raise ValueError(f"no run {run!r} under {str(root)!r}; runs: {sorted(runs)}")
         runs = {run: runs[run]}
     for name, files in runs.items():
-        tags: dict[str, TagInfo | Exception | None] = {}
+        tags: dict[str, TagInfo | Exception | str | None] = {}
         for path in files:
             for info, step, record in _records_in_file(path, tags):
                 yield name, info, step, record

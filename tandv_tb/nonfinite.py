@@ -1,0 +1,179 @@
+"""The non-finite watch's record: which tracked tensors held NaN or Inf at a step.
+
+The trackers watch every step (tracked or not) for NaN/Inf in the tensors they track and,
+at a step where some were found, write one extra value into that step's event: the tag
+``tandv/_nonfinite`` (plugin ``tandv``, ``DATA_CLASS_TENSOR``, plugin content
+``{"version": 2, "kind": "nonfinite"}``), whose tensor is a 0-d ``DT_STRING`` holding
+UTF-8 JSON, a list in execution order of
+``{"tensor_type": str, "name": str, "nan": int, "posinf": int, "neginf": int}``.
+Steps without NaN/Inf write nothing. Every value carries its metadata (the tag is written
+rarely), so a reader finds it in any event file of the run.
+
+Execution order: activations (and module inputs) in forward order, then gradients in
+backward order, then weight gradients, then weights and optimizer state as read at
+``step()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+
+from tandv_tb.metadata import NONFINITE_KIND, PLUGIN_DATA_VERSION, PLUGIN_NAME, plugin_kind
+
+#: The tag of the watch's record (one per run).
+NONFINITE_TAG = f"{PLUGIN_NAME}/_nonfinite"
+_COUNTS = ("nan", "posinf", "neginf")
+
+
+@dataclasses.dataclass(frozen=True)
+class NonfiniteEntry:
+    """One tensor that held NaN/Inf at a step, with how many of each."""
+
+    tensor_type: str
+    name: str
+    nan: int
+    posinf: int
+    neginf: int
+
+
+@dataclasses.dataclass(frozen=True)
+class NonfiniteStep:
+    """The non-finite tensors of one step of one run, in execution order."""
+
+    run: str
+    step: int
+    entries: tuple[NonfiniteEntry, ...]
+
+
+def _metadata() -> summary_pb2.SummaryMetadata:
+    content = {"version": PLUGIN_DATA_VERSION, "kind": NONFINITE_KIND}
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME,
+            content=json.dumps(content, separators=(",", ":")).encode("utf-8"),
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+def _count(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"non-finite entry: {field!r} should be an int >= 0, got {value!r}")
+    return value
+
+
+def _entry(item: object) -> NonfiniteEntry:
+    """One entry from its JSON object (or a ``NonfiniteEntry``), checked."""
+    if isinstance(item, NonfiniteEntry):
+        item = dataclasses.asdict(item)
+    if not isinstance(item, dict):
+        raise ValueError(f"non-finite entry: expected an object, got {type(item).__name__}")
+    for field in ("tensor_type", "name"):
+        if not isinstance(item.get(field), str):
+            raise ValueError(
+                f"non-finite entry: {field!r} should be a string, got {item.get(field)!r}"
+            )
+    counts = [_count(item.get(field), field) for field in _COUNTS]
+    return NonfiniteEntry(item["tensor_type"], item["name"], *counts)
+
+
+def encode_nonfinite(entries: Iterable[NonfiniteEntry]) -> summary_pb2.Summary.Value:
+    """The summary value of one step's non-finite tensors (``ValueError`` for a bad one)."""
+    checked = [dataclasses.asdict(_entry(entry)) for entry in entries]
+    payload = json.dumps(checked, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    tensor = tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_STRING,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        string_val=[payload],
+    )
+    return summary_pb2.Summary.Value(tag=NONFINITE_TAG, metadata=_metadata(), tensor=tensor)
+
+
+def decode_nonfinite(tensor: tensor_pb2.TensorProto) -> list[NonfiniteEntry]:
+    """The entries stored in one value's tensor; ``ValueError`` saying what is malformed."""
+    if tensor.dtype != types_pb2.DT_STRING:
+        raise ValueError(
+            f"non-finite record: expected a DT_STRING tensor, got dtype {tensor.dtype}"
+        )
+    if tensor.tensor_shape.dim or len(tensor.string_val) != 1:
+        dims = [d.size for d in tensor.tensor_shape.dim]
+        raise ValueError(
+            f"non-finite record: expected one string (a 0-d tensor), got shape {dims} "
+            f"holding {len(tensor.string_val)} strings"
+        )
+    try:
+        data = json.loads(tensor.string_val[0].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"non-finite record: not UTF-8 JSON ({error})") from None
+    if not isinstance(data, list):
+        raise ValueError(f"non-finite record: expected a JSON list, got {type(data).__name__}")
+    return [_entry(item) for item in data]
+
+
+def _steps_in_file(path: Path, run: str, kinds: dict[str, str | None]) -> Iterable[NonfiniteStep]:
+    """The watch's records of one event file; ``kinds`` carries tags' kinds across files."""
+    from tandv_tb.frame import events  # pandas and the frame reader, only when reading
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return  # read_frame reports unreadable files
+    for item in events._records(data):
+        if isinstance(item, events._Damage):
+            continue  # read_frame reports damaged bytes
+        try:
+            event = event_pb2.Event.FromString(item)
+        except DecodeError:
+            continue
+        for value in event.summary.value:
+            if value.HasField("metadata"):
+                plugin = value.metadata.plugin_data
+                kind = plugin_kind(plugin.content) if plugin.plugin_name == PLUGIN_NAME else None
+                kinds.setdefault(value.tag, kind)
+            if kinds.get(value.tag) != NONFINITE_KIND:
+                continue
+            try:
+                entries = decode_nonfinite(value.tensor)
+            except ValueError as error:
+                warnings.warn(
+                    f"{path}: skipped a malformed record of {value.tag!r} at step "
+                    f"{event.step}: {error}",
+                    events.DataWarning,
+                    stacklevel=3,
+                )
+                continue
+            yield NonfiniteStep(run, event.step, tuple(entries))
+
+
+def read_nonfinite(logdir: str | os.PathLike, run: str | None = None) -> list[NonfiniteStep]:
+    """Every step where the watch found NaN/Inf under ``logdir`` (or in one ``run``), sorted
+    by run, then step (a step written twice, as by a resumed run, appears twice).
+
+    A malformed record is skipped with a ``DataWarning``; damaged bytes are skipped
+    silently here (``read_frame`` reports them). ``FileNotFoundError`` for a missing
+    logdir, ``ValueError`` for an unknown run.
+    """
+    from tandv_tb.frame import events
+
+    root = os.fspath(logdir)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"no such log directory: {root!r}")
+    runs = events._runs(Path(root))
+    if run is not None:
+        if run not in runs:
+            raise ValueError(f"no run {run!r} under {root!r}; runs: {sorted(runs)}")
+        runs = {run: runs[run]}
+    found: list[NonfiniteStep] = []
+    for name in sorted(runs):
+        kinds: dict[str, str | None] = {}
+        steps = [s for path in runs[name] for s in _steps_in_file(path, name, kinds)]
+        found += sorted(steps, key=lambda s: s.step)
+    return found
