@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
@@ -51,6 +51,39 @@ class NonfiniteStep:
     run: str
     step: int
     entries: tuple[NonfiniteEntry, ...]
+
+
+#: Where tensor types come in execution order: module outputs (and inputs) as observed,
+#: then what is read at ``step()``: weight gradients, weights, optimizer state.
+_AT_STEP = {"Weight_Gradient": 1, "Weight": 2}
+
+
+def phase(tensor_type: str) -> int:
+    """The rank of a tensor type in execution order (ties keep the order observed)."""
+    if tensor_type.startswith("Optimiser_State."):
+        return 3
+    return _AT_STEP.get(tensor_type, 0)
+
+
+def merge(found: Iterable[tuple[str, str, Sequence[int]]]) -> list[NonfiniteEntry]:
+    """``(name, tensor_type, (nan, posinf, neginf))`` in the order observed, as entries in
+    execution order: one per (name, tensor type), counts added, tensors without NaN/Inf
+    left out."""
+    totals: dict[tuple[str, str], list[int]] = {}
+    for name, tensor_type, counts in found:
+        total = totals.setdefault((name, tensor_type), [0, 0, 0])
+        for i, count in enumerate(counts):
+            total[i] += int(count)
+    keys = sorted(totals, key=lambda key: phase(key[1]))  # stable
+    return [NonfiniteEntry(t, n, *totals[n, t]) for n, t in keys if any(totals[n, t])]
+
+
+def entries_from_stats(results: Iterable[tuple[str, str, object]]) -> list[NonfiniteEntry]:
+    """The entries of a tracked step from its ``(name, tensor_type, TensorStats)``."""
+    return merge(
+        (name, tensor_type, (s.nan_count, s.posinf_count, s.neginf_count))
+        for name, tensor_type, s in results
+    )
 
 
 def _metadata() -> summary_pb2.SummaryMetadata:

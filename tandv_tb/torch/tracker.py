@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
+from tandv_tb.nonfinite import entries_from_stats
 from tandv_tb.stats.engine import check_formats
 from tandv_tb.torch.distributed import RankCombiner, is_distributed
 from tandv_tb.torch.hooks import ModuleHooks
@@ -15,7 +16,7 @@ from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.reduce import fetch_merged
 from tandv_tb.torch.skips import UntrackableTensorWarning
-from tandv_tb.torch.watch import Watch, across_ranks, entries_from_stats
+from tandv_tb.torch.watch import Watch, across_ranks
 from tandv_tb.tracking import (
     Patterns,
     Selection,

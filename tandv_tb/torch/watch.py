@@ -10,35 +10,23 @@ lies, without a host sync per tensor:
   there until ``step()``, which reads all of them in one transfer per device.
 
 On a tracked step the counts come from the step's statistics, at no extra cost
-(``entries_from_stats``). In a combined distributed run the ranks agree on every step
-(one one-value ``all_reduce``); only at a step where some rank found NaN/Inf are the
-entries exchanged.
+(``tandv_tb.nonfinite.entries_from_stats``). In a combined distributed run the ranks
+agree on every step (one one-value ``all_reduce``); only at a step where some rank found
+NaN/Inf are the entries exchanged.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
 
 import torch
 import torch.distributed as dist
 
-from tandv_tb.nonfinite import NonfiniteEntry
-from tandv_tb.stats import TensorStats
+from tandv_tb.nonfinite import NonfiniteEntry, merge
 from tandv_tb.torch.recorder import DTensor
 from tandv_tb.torch.skips import untrackable_reason
 
-#: Where the watch's entries come in execution order: module outputs (and inputs) as
-#: observed, then what is read at ``step()``: weight gradients, weights, optimizer state.
-_AT_STEP = {"Weight_Gradient": 1, "Weight": 2}
 _NARROW = (torch.float16, torch.bfloat16)
-
-
-def phase(tensor_type: str) -> int:
-    """The rank of a tensor type in execution order (ties keep the order observed)."""
-    if tensor_type.startswith("Optimiser_State."):
-        return 3
-    return _AT_STEP.get(tensor_type, 0)
 
 
 def _counts(tensor: torch.Tensor) -> torch.Tensor:
@@ -50,26 +38,6 @@ def _sum_is_finite(tensor: torch.Tensor) -> bool:
     if tensor.dtype in _NARROW:  # a float16 sum overflows at 65,504
         return math.isfinite(tensor.sum(dtype=torch.float32).item())
     return math.isfinite(tensor.sum().item())
-
-
-def merge(found: Iterable[tuple[str, str, Sequence[int]]]) -> list[NonfiniteEntry]:
-    """One entry per (name, tensor type), counts added, in order of first sight (by
-    ``phase``); tensors without NaN/Inf left out."""
-    totals: dict[tuple[str, str], list[int]] = {}
-    for name, tensor_type, counts in found:
-        total = totals.setdefault((name, tensor_type), [0, 0, 0])
-        for i, count in enumerate(counts):
-            total[i] += int(count)
-    keys = sorted(totals, key=lambda key: phase(key[1]))  # stable
-    return [NonfiniteEntry(t, n, *totals[n, t]) for n, t in keys if any(totals[n, t])]
-
-
-def entries_from_stats(results: Iterable[tuple[str, str, TensorStats]]) -> list[NonfiniteEntry]:
-    """The non-finite entries of a tracked step, from its statistics."""
-    return merge(
-        (name, tensor_type, (s.nan_count, s.posinf_count, s.neginf_count))
-        for name, tensor_type, s in results
-    )
 
 
 class Watch:
