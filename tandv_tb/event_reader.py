@@ -13,6 +13,8 @@ makes). Damage is never fatal:
   (the header, checked by its own checksum, still gives the length);
 - after a header that fails its checksum (flipped bytes, a zero-filled tail), reading goes
   on at the next offset where a whole record passes both checksums;
+- tags of this plugin that hold no numerics are passed over silently, but the non-finite
+  watch's record (``tandv_tb.nonfinite``) is collected in ``Chunk.nonfinite``;
 - an event that is not an ``Event`` proto, the values of a tag whose metadata is
   unreadable, from a newer tandv_tb or lost (in a damaged first record), and a value whose
   tensor is not a stored vector are skipped.
@@ -34,7 +36,15 @@ from tensorboard.compat.proto import event_pb2, types_pb2
 from tensorboard.util import tensor_util
 
 from tandv_tb.event_file import masked_crc32c
-from tandv_tb.metadata import PLUGIN_NAME, TagInfo, parse_plugin_metadata
+from tandv_tb.metadata import (
+    NONFINITE_KIND,
+    PLUGIN_NAME,
+    NotNumerics,
+    TagInfo,
+    parse_plugin_metadata,
+    plugin_kind,
+)
+from tandv_tb.nonfinite import NonfiniteEntry, decode_nonfinite
 from tandv_tb.summary import encode_varints, stored_vector
 
 _HEADER, _FOOTER = 12, 4  # length + its crc; data crc
@@ -53,8 +63,9 @@ class TagTable:
     def __init__(self) -> None:
         self.names: list[str] = []
         self.contents: list[bytes] = []  # each tag's plugin content, as stored
-        self.infos: list[TagInfo | None] = []  # None: refused, see ``errors``
+        self.infos: list[TagInfo | None] = []  # None: refused (``errors``) or ``kinds``
         self.errors: dict[str, str] = {}
+        self.kinds: dict[str, str | None] = {}  # tags of this plugin that hold no numerics
         self._index: dict[str, int] = {}
         self._reported: set[str] = set()
 
@@ -71,6 +82,9 @@ class TagTable:
             return found
         try:
             info: TagInfo | None = parse_plugin_metadata(content)
+        except NotNumerics:
+            info = None
+            self.kinds[tag] = plugin_kind(content)
         except ValueError as error:  # UnsupportedVersion included
             info = None
             self.errors[tag] = str(error)
@@ -103,6 +117,7 @@ class Chunk:
     sizes: np.ndarray  # int64[V]
     contents: np.ndarray  # uint8[sum of the non-negative sizes]
     problems: list[str]
+    nonfinite: list[tuple[int, list[NonfiniteEntry]]]  # (step, entries) of the watch
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -265,6 +280,7 @@ class _Values:
         self.wall_times: list[float] = []
         self.sizes: list[int] = []
         self.contents: list[bytes] = []
+        self.nonfinite: list[tuple[int, list[NonfiniteEntry]]] = []
 
     def add_event(self, event, table: TagTable, path: str, problems: list[str]) -> None:
         for value in event.summary.value:
@@ -282,7 +298,9 @@ class _Values:
                     )
                 continue
             if table.infos[index] is None:
-                if table.refuse_once(value.tag):
+                if value.tag in table.kinds:
+                    self.add_other(value, table.kinds[value.tag], event.step, path, problems)
+                elif table.refuse_once(value.tag):
                     error = table.errors[value.tag]
                     problems.append(f"{path}: skipped the records of tag {value.tag!r}: {error}")
                 continue
@@ -294,6 +312,17 @@ class _Values:
             if content is not None:
                 self.contents.append(content)
 
+    def add_other(self, value, kind: str | None, step: int, path: str, problems: list[str]):
+        """A value of a tag of this plugin that holds no numerics: the watch's is kept."""
+        if kind != NONFINITE_KIND:
+            return
+        try:
+            self.nonfinite.append((step, decode_nonfinite(value.tensor)))
+        except ValueError as error:
+            problems.append(
+                f"{path}: skipped a malformed record of {value.tag!r} at step {step}: {error}"
+            )
+
     def chunk(self, end: int, problems: list[str]) -> Chunk:
         return Chunk(
             end=end,
@@ -303,6 +332,7 @@ class _Values:
             sizes=np.asarray(self.sizes, dtype=np.int64),
             contents=np.frombuffer(b"".join(self.contents), dtype=np.uint8),
             problems=problems,
+            nonfinite=self.nonfinite,
         )
 
 

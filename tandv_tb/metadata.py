@@ -8,9 +8,12 @@ It is stored as compact JSON in ``plugin_data.content``::
     {"version": 2, "name": "layers.0.attn.wq", "tensor_type": "Activation",
      "module_type": "Linear", "order": 3, "formats": ["float8_e4m3fn"]}
 
-Readers take the name and tensor type from here, never by parsing the tag string. The
-version says how each step's tensor is stored (see ``tandv_tb.summary``): 1 as ``int64_val``,
-2 (written since) as varint bytes; this version reads both, and refuses newer ones.
+Readers take the name and tensor type from here, never by parsing the tag string. A tag
+of another kind (``"kind": "nonfinite"``, the non-finite watch's record, see
+``tandv_tb.nonfinite``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
+``NotNumerics``, which readers skip silently. The version says how each step's tensor is
+stored (see ``tandv_tb.summary``): 1 as ``int64_val``, 2 (written since) as varint bytes;
+this version reads both, and refuses newer ones.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from tensorboard.compat.proto import summary_pb2
 
 PLUGIN_NAME = "tandv"
 PLUGIN_DATA_VERSION = 2
+#: ``kind`` of the numerics tags (also implied by no ``kind``) and of the watch's record.
+NUMERICS_KIND = "numerics"
+NONFINITE_KIND = "nonfinite"
 
 #: Stored dtypes, by code (the code is the index). Append-only: codes never change.
 DTYPE_CODES = (
@@ -50,6 +56,10 @@ _OPTIMISER_STATE = re.compile(r"Optimiser_State\.[^\s/]+")
 
 class UnsupportedVersion(ValueError):
     """The data were written by a newer tandv_tb than the one reading them."""
+
+
+class NotNumerics(ValueError):
+    """A tag of this plugin that holds no numerics (the non-finite watch's record)."""
 
 
 def is_tensor_type(tensor_type: object) -> bool:
@@ -124,15 +134,35 @@ def create_summary_metadata(
 _FIELDS = {"name": str, "tensor_type": str, "module_type": str, "order": int}
 
 
-def parse_plugin_metadata(content: bytes) -> TagInfo:
-    """Decode ``plugin_data.content``; ``UnsupportedVersion`` for data of a newer version,
-    ``ValueError`` for anything malformed."""
+def _content_json(content: bytes) -> object:
     try:
-        data = json.loads(bytes(content).decode("utf-8"))
+        return json.loads(bytes(content).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: {error}") from None
+
+
+def plugin_kind(content: bytes) -> str | None:
+    """The ``kind`` of a tag's plugin content (``NUMERICS_KIND`` where it names none), or
+    None for content that is not a JSON object."""
+    try:
+        data = _content_json(content)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    kind = data.get("kind", NUMERICS_KIND)
+    return kind if isinstance(kind, str) else None
+
+
+def parse_plugin_metadata(content: bytes) -> TagInfo:
+    """Decode ``plugin_data.content``; ``UnsupportedVersion`` for data of a newer version,
+    ``NotNumerics`` for a tag of another kind, ``ValueError`` for anything malformed."""
+    data = _content_json(content)
     if not isinstance(data, dict):
         raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: not a JSON object")
+    kind = data.get("kind", NUMERICS_KIND)
+    if kind != NUMERICS_KIND:
+        raise NotNumerics(f"a {PLUGIN_NAME} tag of kind {kind!r}, not numerics")
     version = data.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad version {version!r}")

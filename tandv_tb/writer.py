@@ -38,6 +38,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tandv_tb import formats as fmt
 from tandv_tb.event_file import EventFile
 from tandv_tb.metadata import TagInfo, check_tensor_type
+from tandv_tb.nonfinite import NonfiniteEntry, encode_nonfinite
 from tandv_tb.stats.record import NumericsRecord
 from tandv_tb.summary import numerics_value
 
@@ -245,10 +246,20 @@ class NumericsWriter:
         first record."""
         self.add_records(step, [RecordItem(name, record, tensor_type, module_type, order)])
 
-    def add_records(self, step: int, items: Iterable[RecordItem]) -> None:
-        """Record several tags at ``step`` in one event (as ``add_record`` each); every
-        item is checked before anything is written."""
+    def add_nonfinite(self, step: int, entries: Iterable[NonfiniteEntry]) -> None:
+        """Record the tensors found holding NaN/Inf at ``step`` (in execution order; see
+        ``tandv_tb.nonfinite``); nothing is written for none."""
+        self.add_records(step, [], nonfinite=entries)
+
+    def add_records(
+        self, step: int, items: Iterable[RecordItem], nonfinite: Iterable[NonfiniteEntry] = ()
+    ) -> None:
+        """Record several tags at ``step`` in one event (as ``add_record`` each), with the
+        step's non-finite tensors (as ``add_nonfinite``) where there are some; everything
+        is checked before anything is written."""
         step = _check_step(step)
+        nonfinite = list(nonfinite)
+        extra = [encode_nonfinite(nonfinite)] if nonfinite else []
         items = list(items)
         for item in items:
             _check_name(item.name)
@@ -274,6 +285,7 @@ class NumericsWriter:
                     )
                 values.append(numerics_value(info, item.record, key not in self._described))
                 keys.append(key)
+            values += extra
             if values and self._write(summary_pb2.Summary(value=values), step, len(values)):
                 self._described.update(keys)
 

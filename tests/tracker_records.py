@@ -34,8 +34,11 @@ def read_records(logdir: str) -> dict[tuple[str, str, int], Stored]:
         for event in EventFileLoader(path).Load():
             for value in event.summary.value:
                 meta = value.metadata
+                content = meta.plugin_data.content
                 if meta.plugin_data.plugin_name == metadata.PLUGIN_NAME:
-                    infos[value.tag] = metadata.parse_plugin_metadata(meta.plugin_data.content)
+                    if metadata.plugin_kind(content) != metadata.NUMERICS_KIND:
+                        continue  # the non-finite watch's record (tandv_tb.nonfinite)
+                    infos[value.tag] = metadata.parse_plugin_metadata(content)
                 info = infos.get(value.tag)
                 if info is None:
                     continue

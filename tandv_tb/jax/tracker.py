@@ -12,6 +12,8 @@ from tandv_tb.jax.interception import intercepting
 from tandv_tb.jax.orders import Orders
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
+from tandv_tb.jax.watch import WatchCollector, WatchResults
+from tandv_tb.nonfinite import entries_from_stats
 from tandv_tb.stats.engine import check_formats
 from tandv_tb.tracking import Patterns, Selection, SkipLog, check_every, default_logdir
 from tandv_tb.writer import NumericsWriter, RecordItem
@@ -43,9 +45,12 @@ class Tracker:
         track_gradients: bool,
         formats: Sequence[str],
         init_step: int,
+        watch_nonfinite: bool,
     ) -> None:
         if isinstance(init_step, bool) or not isinstance(init_step, int) or init_step < 0:
             raise ValueError(f"init_step must be an int >= 0, got {init_step!r}")
+        if not isinstance(watch_nonfinite, bool):
+            raise TypeError(f"watch_nonfinite must be a bool, got {watch_nonfinite!r}")
         self._every = check_every(every)
         formats = check_formats(formats)
         selected = Selection(include, exclude)
@@ -63,8 +68,11 @@ class Tracker:
         self._optimizer_state = _kept(optimizer_state)
         self._module_types: dict[str, str] = nnx_modules.module_types(model_state)
         self._orders = Orders()
-        self._functions: dict[tuple[str, int], tuple[Callable, dict, TrackedFunction]] = {}
+        self._functions: dict[tuple[str, int, bool], tuple[Callable, dict, TrackedFunction]] = {}
         self._results = StepResults()
+        self._watch = WatchResults() if watch_nonfinite else None
+        self._tripped = False  # whether the watch found NaN/Inf in the last step
+        self._forced = False  # the step after the first of such steps is tracked
         self._step = init_step
         self._closed = False
 
@@ -80,7 +88,7 @@ class Tracker:
 
     @property
     def _active(self) -> bool:
-        return self._step % self._every == 0
+        return self._forced or self._step % self._every == 0
 
     def intercept(self, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)``, recording the output of every Flax module called in it
@@ -93,7 +101,9 @@ class Tracker:
         if not callable(fn):
             raise TypeError(f"intercept needs a function, got {type(fn).__name__}")
         if not self._active:
-            return fn(*args, **kwargs)
+            if self._watch is None:
+                return fn(*args, **kwargs)
+            return self._watched(fn, args, kwargs)
         tracked = self._tracked(fn)
         if tracked is fn:
             return fn(*args, **kwargs)
@@ -109,6 +119,21 @@ class Tracker:
             self._results.add(Item(name, tensor_type, module_type, pending))
         return outputs
 
+    def _watched(self, fn: Callable, args: tuple, kwargs: dict):
+        """``fn`` on an untracked step, with the NaN/Inf counts of what it would record."""
+        watched = self._tracked(fn, watch=True)
+        if watched is fn:
+            return fn(*args, **kwargs)
+        if watched is not None:
+            outputs, packed = watched(*args, **kwargs)
+            self._watch.add_packed(packed)
+            return outputs
+        collector = WatchCollector(self._config)
+        with intercepting(collector, args, kwargs):
+            outputs = fn(*args, **kwargs)
+        self._watch.add(collector.entries)
+        return outputs
+
     def _new_collector(self) -> Collector:
         return Collector(self._config)
 
@@ -116,10 +141,11 @@ class Tracker:
         for name, module_type in collector.module_types.items():
             self._module_types.setdefault(name, module_type)
 
-    def _tracked(self, fn: Callable) -> TrackedFunction | Callable | None:
-        """The tracked version of a jitted ``fn``, made once per Python function and jit
-        options (a new ``jax.jit(f)`` of the same ``f`` reuses it); None for a function
-        that is not jitted; ``fn`` itself for one whose jit options cannot be reproduced."""
+    def _tracked(self, fn: Callable, watch: bool = False) -> TrackedFunction | Callable | None:
+        """The tracked version of a jitted ``fn`` (with ``watch``, the watch's version), made
+        once per Python function and jit options (a new ``jax.jit(f)`` of the same ``f``
+        reuses it); None for a function that is not jitted; ``fn`` itself for one whose jit
+        options cannot be reproduced."""
         try:
             unwrapped = unwrap(fn)
         except UnsupportedJit as error:
@@ -128,11 +154,12 @@ class Tracker:
             return fn
         if unwrapped is None:
             return None
-        key = (unwrapped.flavour, id(unwrapped.fun))
+        key = (unwrapped.flavour, id(unwrapped.fun), watch)
         known = self._functions.get(key)
         if known is not None and known[0] is unwrapped.fun and known[1] == unwrapped.options:
             return known[2]
-        tracked = TrackedFunction(unwrapped, self._new_collector, self._learn)
+        new_collector = (lambda: WatchCollector(self._config)) if watch else self._new_collector
+        tracked = TrackedFunction(unwrapped, new_collector, self._learn)
         self._functions[key] = (unwrapped.fun, unwrapped.options, tracked)
         return tracked
 
@@ -149,8 +176,26 @@ class Tracker:
             raise RuntimeError("this tracker is closed")
         if self._active:
             self._record_trees(model_state, optimizer_state, grads)
-            self._write()
+            tripped = self._write()
+        else:
+            tripped = self._watch is not None and self._watched_step(
+                model_state, optimizer_state, grads
+            )
         self._step += 1
+        self._forced = tripped and not self._tripped
+        self._tripped = tripped
+
+    def _watched_step(self, model_state: object, optimizer_state: object, grads: object) -> bool:
+        """End an untracked step with the watch; whether it found NaN/Inf."""
+        try:
+            leaves = self._chosen(model_state, optimizer_state, grads)
+        except ValueError:  # step() without the pytrees given to track(): nothing to read
+            leaves = []
+        self._watch.add_arrays([(leaf.name, leaf.tensor_type, leaf.value) for leaf in leaves])
+        found = self._watch.drain()
+        if found:
+            self._writer.add_nonfinite(self._step, found)
+        return bool(found)
 
     def _current(self, given: object, at_track: object, what: str) -> object:
         if given is not None:
@@ -163,6 +208,14 @@ class Tracker:
         return at_track
 
     def _record_trees(self, model_state: object, optimizer_state: object, grads: object) -> None:
+        chosen = self._chosen(model_state, optimizer_state, grads)
+        started = kernels.start([leaf.value for leaf in chosen], self._config.formats)
+        for leaf, pending in zip(chosen, started):
+            module_type = self._module_types.get(leaf.name.rpartition(".")[0], "")
+            self._results.add(Item(leaf.name, leaf.tensor_type, module_type, pending))
+
+    def _chosen(self, model_state: object, optimizer_state: object, grads: object) -> list:
+        """The tracked arrays of the pytrees given to ``step()``, named."""
         model_state = self._current(model_state, self._model_state, "model_state")
         optimizer_state = self._current(optimizer_state, self._optimizer_state, "optimizer_state")
         if optimizer_state is None and _is_train_state(model_state):
@@ -190,12 +243,10 @@ class Tracker:
                 chosen.append(leaf)
             elif verdict is not Verdict.SILENT:
                 self._config.skips.skip(leaf.name, leaf.tensor_type, verdict)
-        started = kernels.start([leaf.value for leaf in chosen], self._config.formats)
-        for leaf, pending in zip(chosen, started):
-            module_type = self._module_types.get(leaf.name.rpartition(".")[0], "")
-            self._results.add(Item(leaf.name, leaf.tensor_type, module_type, pending))
+        return chosen
 
-    def _write(self) -> None:
+    def _write(self) -> bool:
+        """Write the tracked step; whether the watch found NaN/Inf in it."""
         records = self._results.drain()
         outputs = [r for r in records if r.tensor_type in MODULE_OUTPUTS]
         for record in outputs:
@@ -218,7 +269,11 @@ class Tracker:
                     order,
                 )
             )
-        self._writer.add_records(self._step, items)
+        found = []
+        if self._watch is not None:
+            found = entries_from_stats((r.name, r.tensor_type, r.stats) for r in records)
+        self._writer.add_records(self._step, items, nonfinite=found)
+        return bool(found)
 
     def flush(self) -> None:
         """Write everything recorded so far to disk."""
@@ -264,6 +319,7 @@ def track(
     formats: Sequence[str] = (),
     writer: object = None,
     init_step: int = 0,
+    watch_nonfinite: bool = True,
 ) -> Tracker:
     """Track the numerics of JAX/Flax training into TensorBoard event files.
 
@@ -286,6 +342,15 @@ def track(
     searched in names; ``formats`` are the low-precision formats whose under/overflow is
     counted exactly; ``track_gradients=False`` skips both kinds of gradient. ``writer`` is a
     user's ``SummaryWriter`` (torch or tensorboardX) to write into instead of ``logdir``.
+
+    The non-finite watch (``watch_nonfinite=True``) counts NaN/Inf in the same arrays on
+    every step, tracked or not: on untracked steps a jitted ``update`` runs as a second
+    variant of it (compiled once) that also returns those counts, and ``step()`` reads them
+    in one transfer. At a step where some array holds NaN/Inf their names, tensor types and
+    NaN, +Inf and -Inf counts are written in execution order (outputs in forward order,
+    cotangents in backward order, then weight gradients, weights and optimizer state), and
+    the next step is tracked in full whatever ``every`` says (once per stretch of
+    non-finite steps).
     """
     options = dict(locals())
     return Tracker(options.pop("model_state"), options.pop("optimizer_state"), **options)

@@ -4,6 +4,9 @@ Gradients come from ``Tensor.register_hook`` on each output, registered in the f
 hook. Unlike module backward hooks this leaves the output tensors untouched, so in-place
 operations on them later (``ReLU(inplace=True)``, ``out += identity``) work; such a hook
 receives the gradient w.r.t. the value the module returned.
+
+On untracked steps, with a ``Watch``, the same tensors are only checked for NaN/Inf (not
+inside ``torch.compile``d code, whose graphs stay unbroken on those steps).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from torch import nn
 
 from tandv_tb.torch import naming
 from tandv_tb.torch.recorder import Orders, Recorder
+from tandv_tb.torch.watch import Watch
 
 
 def _in_backward() -> bool:
@@ -43,8 +47,10 @@ class ModuleHooks:
         activations: bool,
         gradients: bool,
         only_training: bool,
+        watch: Watch | None = None,
     ) -> None:
         self._recorder = recorder
+        self._watch = watch
         self._active = active
         self._selected = selected
         self._activations = activations
@@ -79,8 +85,27 @@ class ModuleHooks:
     ) -> None:
         # Under torch.compile this check is traced (a guard): untracked steps run a graph
         # without breaks; on tracked steps ``_record_output`` runs eagerly (graph breaks).
-        if self._active() and (module.training or not self._only_training):
+        if not (module.training or not self._only_training):
+            return
+        if self._active():
             self._record_output(name, module_type, output)
+        elif self._watch is not None and not torch.compiler.is_compiling():
+            self._watch_output(name, output)
+
+    def _watch_output(self, name: str, output: object) -> None:
+        recomputed = _in_backward()
+        for leaf, tensor in self._output_tensors(name, output):
+            if not self._selected(leaf):
+                continue
+            if self._activations and not recomputed:
+                self._watch.check(leaf, "Activation", tensor)
+            if self._gradients and tensor.requires_grad:
+                handle = tensor.register_hook(functools.partial(self._watch_gradient, leaf))
+                if tensor.grad_fn is None:
+                    self._leaf_handles.append(handle)
+
+    def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
+        self._watch.check(name, "Gradient", grad)
 
     @_eager
     def _record_output(self, name: str, module_type: str, output: object) -> None:

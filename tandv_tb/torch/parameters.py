@@ -50,13 +50,24 @@ class Parameters:
         optimizer_state: bool,
     ) -> None:
         """Record every selected weight, weight gradient and optimizer state tensor."""
-        if weights:
-            for p in self._named:
-                if not selected(p.name):
-                    continue
-                self._record(recorder, p, "Weight", p.parameter)
-                if p.parameter.grad is not None:
-                    self._record(recorder, p, "Weight_Gradient", p.parameter.grad)
+        for p, tensor_type, tensor in self.tensors(
+            selected, weights=weights, optimizer_state=optimizer_state
+        ):
+            recorder.record(
+                p.name, tensor_type, p.module_type, p.order, tensor, sharded=self.sharded
+            )
+
+    def tensors(
+        self, selected: Callable[[str], bool], *, weights: bool, optimizer_state: bool
+    ) -> Iterator[tuple[NamedParameter, str, torch.Tensor]]:
+        """Every selected weight gradient, weight and optimizer state tensor, in that order
+        (the order in which a NaN reaches them)."""
+        named = [p for p in self._named if selected(p.name)] if weights else []
+        for p in named:
+            if p.parameter.grad is not None:
+                yield p, "Weight_Gradient", p.parameter.grad
+        for p in named:
+            yield p, "Weight", p.parameter
         if optimizer_state and self._optimizer is not None:
             for p in self._optimizer_parameters():
                 if not selected(p.name):
@@ -64,12 +75,7 @@ class Parameters:
                 for key, value in self._optimizer.state.get(p.parameter, {}).items():
                     # Scalar entries (``step``) describe no tensor of the model.
                     if isinstance(value, torch.Tensor) and value.dim() > 0:
-                        self._record(recorder, p, f"Optimiser_State.{key}", value)
-
-    def _record(
-        self, recorder: Recorder, p: NamedParameter, tensor_type: str, tensor: torch.Tensor
-    ) -> None:
-        recorder.record(p.name, tensor_type, p.module_type, p.order, tensor, sharded=self.sharded)
+                        yield p, f"Optimiser_State.{key}", value
 
     def _optimizer_parameters(self) -> Iterator[NamedParameter]:
         """The optimizer's parameters, named by the model (or by their place in it)."""

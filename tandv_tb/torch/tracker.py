@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
+from tandv_tb.nonfinite import entries_from_stats
 from tandv_tb.stats.engine import check_formats
 from tandv_tb.torch.distributed import RankCombiner, is_distributed
 from tandv_tb.torch.hooks import ModuleHooks
@@ -15,6 +16,7 @@ from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.reduce import fetch_merged
 from tandv_tb.torch.skips import UntrackableTensorWarning
+from tandv_tb.torch.watch import Watch, across_ranks
 from tandv_tb.tracking import (
     Patterns,
     Selection,
@@ -48,6 +50,7 @@ class Tracker:
         init_step: int,
         per_rank: bool,
         process_group: object,
+        watch_nonfinite: bool,
     ) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"track needs a torch.nn.Module, got {type(module).__name__}")
@@ -57,6 +60,8 @@ class Tracker:
             )
         if isinstance(init_step, bool) or not isinstance(init_step, int) or init_step < 0:
             raise ValueError(f"init_step must be an int >= 0, got {init_step!r}")
+        if not isinstance(watch_nonfinite, bool):
+            raise TypeError(f"watch_nonfinite must be a bool, got {watch_nonfinite!r}")
         self._every = check_every(every)
         self._step = init_step
         self._selected = Selection(include, exclude)
@@ -80,6 +85,8 @@ class Tracker:
             formats, SkipLog(UntrackableTensorWarning), replicated=self._writer is not None
         )
         self._parameters = Parameters(module, optimizer)
+        self._watch = Watch(replicated=self._writer is not None) if watch_nonfinite else None
+        self._tripped = False  # whether the watch found NaN/Inf in the last step
         self._active = is_tracked_step(self._step, self._every)
         self._closed = False
         self._hooks = ModuleHooks(
@@ -90,6 +97,7 @@ class Tracker:
             activations=track_activations,
             gradients=track_gradients,
             only_training=only_training,
+            watch=self._watch,
         )
 
     @property
@@ -107,17 +115,37 @@ class Tracker:
 
         On a tracked step this reads the weights and optimizer state, brings the step's
         statistics to the host in one transfer (one collective when distributed), and
-        writes one record per tracked tensor.
+        writes one record per tracked tensor. With the watch, any step holding NaN/Inf
+        writes its non-finite tensors, and the step after the first of such steps is
+        tracked.
         """
         if self._closed:
             raise RuntimeError("this tracker is closed")
+        self._hooks.end_step()
         if self._active:
-            self._hooks.end_step()
-            self._finish_step()
+            tripped = self._finish_step()
+        else:
+            tripped = self._watch is not None and self._watched_step()
         self._step += 1
-        self._active = is_tracked_step(self._step, self._every)
+        onset = tripped and not self._tripped
+        self._tripped = tripped
+        self._active = onset or is_tracked_step(self._step, self._every)
 
-    def _finish_step(self) -> None:
+    def _watched_step(self) -> bool:
+        """End an untracked step with the watch; whether it found NaN/Inf."""
+        for p, tensor_type, tensor in self._parameters.tensors(
+            self._selected, weights=self._track_weights, optimizer_state=self._track_optimizer
+        ):
+            self._watch.check(p.name, tensor_type, tensor, sharded=self._parameters.sharded)
+        found = self._watch.drain()
+        if self._combiner is not None:
+            found = across_ranks(found, self._combiner.group, self._combiner.device)
+        if found and self._writer is not None:
+            self._writer.add_nonfinite(self._step, found)
+        return bool(found)
+
+    def _finish_step(self) -> bool:
+        """End a tracked step; whether the watch found NaN/Inf in it."""
         if self._track_weights or self._track_optimizer:
             self._parameters.record(
                 self._recorder,
@@ -128,18 +156,29 @@ class Tracker:
         entries = self._recorder.drain()
         parts = fetch_merged(entries) if entries else []
         results = list(zip(entries, parts))
+        found = self._nonfinite(results)
+        tripped = bool(found)
         if self._combiner is not None:
             local = [(e, s) for e, s in results if not e.combined]  # replicated: rank 0's
             results = local + self._combiner.combine(*_unzip(r for r in results if r[0].combined))
-        if self._writer is None:
-            return
-        self._writer.add_records(
-            self._step,
-            (
-                RecordItem(e.name, stats.to_record(), e.tensor_type, e.module_type, e.order)
-                for e, stats in results
-            ),
-        )
+            if self._watch is not None:  # every rank must agree on tracking the next step
+                tripped = bool(across_ranks(found, self._combiner.group, self._combiner.device))
+                found = self._nonfinite(results) if tripped else []
+        if self._writer is not None:
+            self._writer.add_records(
+                self._step,
+                (
+                    RecordItem(e.name, stats.to_record(), e.tensor_type, e.module_type, e.order)
+                    for e, stats in results
+                ),
+                nonfinite=found,
+            )
+        return tripped
+
+    def _nonfinite(self, results: list) -> list:
+        if self._watch is None:
+            return []
+        return entries_from_stats((e.name, e.tensor_type, s) for e, s in results)
 
     def flush(self) -> None:
         """Write everything recorded so far to disk."""
@@ -197,6 +236,7 @@ def track(
     init_step: int = 0,
     per_rank: bool = False,
     process_group: object = None,
+    watch_nonfinite: bool = True,
 ) -> Tracker:
     """Track the numerics of ``module``'s training into TensorBoard event files.
 
@@ -217,6 +257,15 @@ def track(
     under/overflow is counted exactly; ``only_training`` skips modules in eval mode.
     ``writer`` is a user's ``SummaryWriter`` (torch or tensorboardX) to write into instead
     of ``logdir``.
+
+    The non-finite watch (``watch_nonfinite=True``) checks every step, tracked or not, for
+    NaN/Inf in the tensors tracked steps record (one ``sum`` per CPU tensor; on another
+    device, counts kept there and read once at ``step()``). At a step where some hold
+    NaN/Inf it writes their names, tensor types and NaN, +Inf and -Inf counts in execution
+    order (outputs in forward order, gradients in backward order, then weight gradients,
+    weights and optimizer state), and the next step is tracked in full whatever ``every``
+    says (once per stretch of non-finite steps). Under ``torch.compile`` untracked steps
+    check only what ``step()`` reads.
 
     Distributed (``torch.distributed`` initialised, more than one rank): the statistics of
     each tensor are combined across ranks in one collective per tracked step, so

@@ -1,0 +1,102 @@
+"""The PyTorch tracker's non-finite watch: NaN/Inf in its tensors on every step.
+
+On a step the tracker does not track, every tensor it would track is checked where it
+lies, without a host sync per tensor:
+
+- a CPU tensor by one ``sum`` (NaN or Inf anywhere makes the sum non-finite), read at once:
+  on the CPU there is no device to wait for. Only a non-finite sum (NaN/Inf, or finite
+  values whose sum overflowed) is counted exactly, and a clean tensor is dropped then;
+- a tensor on another device by its NaN, +Inf and -Inf counts, computed there and kept
+  there until ``step()``, which reads all of them in one transfer per device.
+
+On a tracked step the counts come from the step's statistics, at no extra cost
+(``tandv_tb.nonfinite.entries_from_stats``). In a combined distributed run the ranks
+agree on every step (one one-value ``all_reduce``); only at a step where some rank found
+NaN/Inf are the entries exchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from tandv_tb.nonfinite import NonfiniteEntry, merge
+from tandv_tb.torch.recorder import DTensor
+from tandv_tb.torch.skips import untrackable_reason
+
+_NARROW = (torch.float16, torch.bfloat16)
+
+
+def _counts(tensor: torch.Tensor) -> torch.Tensor:
+    """NaN, +Inf and -Inf counts of ``tensor``, on its device."""
+    return torch.stack((tensor.isnan().sum(), tensor.isposinf().sum(), tensor.isneginf().sum()))
+
+
+def _sum_is_finite(tensor: torch.Tensor) -> bool:
+    if tensor.dtype in _NARROW:  # a float16 sum overflows at 65,504
+        return math.isfinite(tensor.sum(dtype=torch.float32).item())
+    return math.isfinite(tensor.sum().item())
+
+
+class Watch:
+    """The NaN/Inf found in one untracked step, in the order the tensors were seen.
+
+    ``replicated=False`` (ranks other than 0 in a combined distributed run) skips the
+    tensors that are the same on every rank, as the tracker's recorder does.
+    """
+
+    def __init__(self, replicated: bool = True) -> None:
+        self._replicated = replicated
+        self._found: list[tuple[str, str, tuple[int, ...] | torch.Tensor]] = []
+
+    def check(self, name: str, tensor_type: str, tensor: torch.Tensor, sharded: bool = True):
+        """Note ``tensor`` if it holds NaN/Inf (never raises: tracking never stops
+        training)."""
+        try:
+            if DTensor is not None and isinstance(tensor, DTensor):
+                if any(placement.is_partial() for placement in tensor.placements):
+                    return
+                sharded = any(placement.is_shard() for placement in tensor.placements)
+                tensor = tensor.to_local()
+            if (not sharded and not self._replicated) or untrackable_reason(tensor):
+                return
+            tensor = tensor.detach()
+            if tensor.dtype.itemsize == 1:  # float8: few kernels take it
+                tensor = tensor.float()
+            if tensor.device.type != "cpu":
+                self._found.append((name, tensor_type, _counts(tensor)))
+            elif not _sum_is_finite(tensor):
+                self._found.append((name, tensor_type, tuple(_counts(tensor).tolist())))
+        except Exception:  # an exotic tensor: the watch passes it over
+            return
+
+    def drain(self) -> list[NonfiniteEntry]:
+        """The step's entries (one transfer per device); the watch is empty afterwards."""
+        found, self._found = self._found, []
+        on_device: dict[torch.device, list[int]] = {}
+        for i, (_, _, counts) in enumerate(found):
+            if isinstance(counts, torch.Tensor):
+                on_device.setdefault(counts.device, []).append(i)
+        host: dict[int, list[int]] = {}
+        for indices in on_device.values():
+            rows = torch.stack([found[i][2] for i in indices]).tolist()
+            host.update(zip(indices, rows))
+        return merge((n, t, host.get(i, c)) for i, (n, t, c) in enumerate(found))
+
+
+def across_ranks(
+    entries: list[NonfiniteEntry], group: object, device: torch.device | None
+) -> list[NonfiniteEntry]:
+    """Every rank's entries, merged in rank order, on every rank: one small ``all_reduce``
+    a step, and an exchange only where some rank found NaN/Inf."""
+    flag = torch.tensor([1.0 if entries else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if flag.item() == 0:
+        return []
+    gathered: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, entries, group=group)
+    return merge(
+        (e.name, e.tensor_type, (e.nan, e.posinf, e.neginf)) for rank in gathered for e in rank
+    )
