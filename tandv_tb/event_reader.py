@@ -14,7 +14,8 @@ makes). Damage is never fatal:
 - after a header that fails its checksum (flipped bytes, a zero-filled tail), reading goes
   on at the next offset where a whole record passes both checksums;
 - tags of this plugin that hold no numerics are passed over silently, but the non-finite
-  watch's record (``tandv_tb.nonfinite``) is collected in ``Chunk.nonfinite``;
+  watch's record (``tandv_tb.nonfinite``) is collected in ``Chunk.nonfinite``, and
+  TensorBoard scalars (the loss) in ``Chunk.scalars``;
 - an event that is not an ``Event`` proto, the values of a tag whose metadata is
   unreadable, from a newer tandv_tb or lost (in a damaged first record), and a value whose
   tensor is not a stored vector are skipped.
@@ -51,6 +52,7 @@ _HEADER, _FOOTER = 12, 4  # length + its crc; data crc
 _LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")
 _NONZERO = re.compile(rb"[^\x00]")
 _TAG_PREFIX = f"{PLUGIN_NAME}/"
+_SCALARS_PLUGIN = "scalars"
 #: Bytes read from a file at a time: a big file is read in pieces of about this size
 #: (decoding a piece takes about 8 times its size in memory).
 CHUNK_BYTES = 16 << 20
@@ -66,6 +68,7 @@ class TagTable:
         self.infos: list[TagInfo | None] = []  # None: refused (``errors``) or ``kinds``
         self.errors: dict[str, str] = {}
         self.kinds: dict[str, str | None] = {}  # tags of this plugin that hold no numerics
+        self.scalar_tags: set[str] = set()  # tags of TensorBoard's scalars plugin
         self._index: dict[str, int] = {}
         self._reported: set[str] = set()
 
@@ -118,6 +121,7 @@ class Chunk:
     contents: np.ndarray  # uint8[sum of the non-negative sizes]
     problems: list[str]
     nonfinite: list[tuple[int, list[NonfiniteEntry]]]  # (step, entries) of the watch
+    scalars: list[tuple[str, int, float, float]]  # TensorBoard scalars: tag, step, time, value
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -281,6 +285,7 @@ class _Values:
         self.sizes: list[int] = []
         self.contents: list[bytes] = []
         self.nonfinite: list[tuple[int, list[NonfiniteEntry]]] = []
+        self.scalars: list[tuple[str, int, float, float]] = []
 
     def add_event(self, event, table: TagTable, path: str, problems: list[str]) -> None:
         for value in event.summary.value:
@@ -288,8 +293,14 @@ class _Values:
             if index is None and value.HasField("metadata"):
                 plugin = value.metadata.plugin_data
                 if plugin.plugin_name != PLUGIN_NAME:
+                    if plugin.plugin_name == _SCALARS_PLUGIN:
+                        table.scalar_tags.add(value.tag)
+                    self.add_scalar(value, table, event)
                     continue
                 index = table.add(value.tag, plugin.content)
+            if index is None and not value.tag.startswith(_TAG_PREFIX):
+                self.add_scalar(value, table, event)
+                continue
             if index is None:
                 if value.tag.startswith(_TAG_PREFIX) and table.refuse_once(value.tag):
                     problems.append(
@@ -312,6 +323,19 @@ class _Values:
             if content is not None:
                 self.contents.append(content)
 
+    def add_scalar(self, value, table: TagTable, event) -> None:
+        """A TensorBoard scalar (the loss, the learning rate) is kept; anything else not."""
+        if value.WhichOneof("value") == "simple_value":
+            number = value.simple_value
+        elif value.tag in table.scalar_tags and not value.tensor.tensor_shape.dim:
+            try:
+                number = float(tensor_util.make_ndarray(value.tensor))
+            except (TypeError, ValueError):
+                return
+        else:
+            return
+        self.scalars.append((value.tag, event.step, event.wall_time, number))
+
     def add_other(self, value, kind: str | None, step: int, path: str, problems: list[str]):
         """A value of a tag of this plugin that holds no numerics: the watch's is kept."""
         if kind != NONFINITE_KIND:
@@ -333,6 +357,7 @@ class _Values:
             contents=np.frombuffer(b"".join(self.contents), dtype=np.uint8),
             problems=problems,
             nonfinite=self.nonfinite,
+            scalars=self.scalars,
         )
 
 

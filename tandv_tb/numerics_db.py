@@ -41,13 +41,14 @@ import pyarrow as pa
 
 from tandv_tb.event_reader import Chunk, TagTable, read_chunk
 from tandv_tb.metadata import TagInfo
+from tandv_tb.nonfinite import NonfiniteEntry, NonfiniteStep
 from tandv_tb.record_columns import DecodedRows, decode_rows, ragged_index
 from tandv_tb.stats.record import COUNTS, STATISTICS
 
 logger = logging.getLogger(__name__)
 
 #: Bump when the tables change: a store of another version is rebuilt, never misread.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
 #: DuckDB's buffer limit: what bounds the server's memory, whatever the logdir's size.
@@ -66,8 +67,14 @@ CREATE TABLE records (run_id INTEGER, file_id INTEGER, seq BIGINT, tag_id INTEGE
                       step BIGINT, wall_time DOUBLE, dtype_code TINYINT,
                       {", ".join(f"{c} BIGINT" for c in COUNTS)},
                       {", ".join(f"{s} DOUBLE" for s in STATISTICS)}, vector BLOB);
+CREATE TABLE nonfinite (run_id INTEGER, file_id INTEGER, step BIGINT, position INTEGER,
+                        tensor_type VARCHAR, name VARCHAR, nan BIGINT, posinf BIGINT,
+                        neginf BIGINT);
+CREATE TABLE scalars (run_id INTEGER, file_id INTEGER, seq BIGINT, tag VARCHAR, step BIGINT,
+                      wall_time DOUBLE, value DOUBLE);
 CREATE TABLE casts (run_id INTEGER, file_id INTEGER, seq BIGINT, tag_id INTEGER,
-                    step BIGINT, format VARCHAR, underflow BIGINT, overflow BIGINT);
+                    step BIGINT, format_index TINYINT, underflow BIGINT,
+                    overflow BIGINT);
 """
 
 
@@ -258,7 +265,7 @@ class NumericsDB:
 
     def _forget_file(self, cursor, run_id: int, file_id: int) -> None:
         cursor.execute("BEGIN TRANSACTION")
-        for table in ("records", "casts", "files"):
+        for table in ("records", "casts", "nonfinite", "scalars", "files"):
             cursor.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
         cursor.execute("COMMIT")
 
@@ -284,24 +291,28 @@ class NumericsDB:
             chunk.tags[rows.kept], minlength=len(table)
         )
         cursor.execute("BEGIN TRANSACTION")
-        for tag_id in range(stored_tags, len(table)):
-            cursor.execute(
-                "INSERT INTO tags VALUES (?, ?, ?, ?, 0)",
-                [run_id, tag_id, table.names[tag_id], table.contents[tag_id]],
+        if len(table) > stored_tags:
+            new = range(stored_tags, len(table))
+            tags = pa.table(
+                {
+                    "run_id": pa.array([run_id] * len(new), pa.int32()),
+                    "tag_id": pa.array(new, pa.int32()),
+                    "tag": pa.array(table.names[stored_tags:], pa.string()),
+                    "content": pa.array(table.contents[stored_tags:], pa.binary()),
+                    "malformed": pa.array([0] * len(new), pa.int64()),
+                }
             )
+            _insert(cursor, "tags", tags)
         for tag_id in np.flatnonzero(malformed).tolist():
             cursor.execute(
                 "UPDATE tags SET malformed = malformed + ? WHERE run_id = ? AND tag_id = ?",
                 [int(malformed[tag_id]), run_id, tag_id],
             )
-        records, casts = _arrow_rows(run_id, file_id, first_seq, chunk, rows, table)
-        cursor.register("records_batch", records)
-        cursor.execute("INSERT INTO records SELECT * FROM records_batch")
-        cursor.unregister("records_batch")
-        if casts is not None:
-            cursor.register("casts_batch", casts)
-            cursor.execute("INSERT INTO casts SELECT * FROM casts_batch")
-            cursor.unregister("casts_batch")
+        records, casts = _arrow_rows(run_id, file_id, first_seq, chunk, rows)
+        _insert(cursor, "records", records)
+        _insert(cursor, "casts", casts)
+        _insert(cursor, "nonfinite", _nonfinite_rows(run_id, file_id, chunk))
+        _insert(cursor, "scalars", _scalar_rows(run_id, file_id, first_seq, chunk))
         cursor.execute(
             "UPDATE files SET consumed = ?, n_values = ?, head = ? WHERE file_id = ?",
             [chunk.end, first_seq + len(chunk), head, file_id],
@@ -358,23 +369,125 @@ class NumericsDB:
             found.vectors = _take_binary(table.column("vector"), order)
         return found
 
+    def runs(self) -> list[str]:
+        """The runs under the logdir (folders holding event files), as TensorBoard names
+        them ("." for the logdir itself)."""
+        from tandv_tb.frame.events import event_runs
+
+        return sorted(event_runs(Path(self.logdir)))
+
+    def nonfinite(self, run: str) -> list[NonfiniteStep]:
+        """The watch's records of a run, by step, entries in execution order."""
+        found: dict[int, list[NonfiniteEntry]] = {}
+        for step, tensor_type, name, nan, posinf, neginf in (
+            self._cursor()
+            .execute(
+                "SELECT step, tensor_type, name, nan, posinf, neginf FROM nonfinite "
+                "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) "
+                "ORDER BY step, file_id, position",
+                [run],
+            )
+            .fetchall()
+        ):
+            found.setdefault(step, []).append(
+                NonfiniteEntry(tensor_type, name, nan, posinf, neginf)
+            )
+        return [NonfiniteStep(run, step, tuple(entries)) for step, entries in found.items()]
+
+    def scalars(self, run: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """``{tag: (steps, values)}`` of the run's TensorBoard scalars, by step (of two
+        values at one step the later written stays)."""
+        table = self._arrow(
+            "SELECT tag, step, file_id, seq, value FROM scalars "
+            "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) "
+            "ORDER BY tag, step, file_id, seq",
+            [run],
+        )
+        tags = table.column("tag").to_pylist()
+        steps, values = table.column("step").to_numpy(), table.column("value").to_numpy()
+        found = {}
+        for tag in dict.fromkeys(tags):
+            first, last = tags.index(tag), len(tags) - tags[::-1].index(tag)
+            tag_steps, tag_values = steps[first:last], values[first:last]
+            keep = np.append(tag_steps[1:] != tag_steps[:-1], True)
+            found[tag] = (tag_steps[keep], tag_values[keep])
+        return found
+
     def _arrow(self, query: str, params: list) -> pa.Table:
         return self._cursor().sql(query, params=params).to_arrow_table()
 
-    def casts(self, run: str, tag_ids: list[int], format_name: str) -> Rows:
-        """Exact (underflow, overflow) of ``format_name`` at every record of the tags."""
+    def casts(self, run: str, tags: dict[int, int]) -> Rows:
+        """Exact (underflow, overflow) of one format at every record of the tags, given as
+        ``{tag_id: the format's index in that tag's formats}``."""
         table = self._arrow(
-            "SELECT tag_id, step, file_id, seq, underflow, overflow FROM casts "
-            "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) AND format = ? "
-            "AND tag_id IN (SELECT unnest(?::INTEGER[]))",
-            [run, format_name, list(tag_ids)],
+            "SELECT tag_id, step, file_id, seq, format_index, underflow, overflow FROM casts "
+            "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) "
+            "AND tag_id IN (SELECT unnest(?::INTEGER[])) "
+            "AND format_index IN (SELECT unnest(?::INTEGER[]))",
+            [run, list(tags), sorted(set(tags.values()))],
         )
+        wanted = np.full(max(tags, default=0) + 1, -1)
+        wanted[list(tags)] = list(tags.values())
+        keep = wanted[table.column("tag_id").to_numpy()] == table.column("format_index").to_numpy()
+        table = table.filter(pa.array(keep))
         order = _latest_per_step(table)
         return Rows(
             tag_ids=table.column("tag_id").to_numpy()[order].astype(np.int32),
             steps=table.column("step").to_numpy()[order],
             columns={c: _numpy(table.column(c))[order] for c in ("underflow", "overflow")},
         )
+
+
+def _insert(cursor, table: str, rows: pa.Table | None) -> None:
+    """Append an Arrow table's rows (None or empty: nothing) to one of the store's tables."""
+    if rows is None or not rows.num_rows:
+        return
+    cursor.register("batch", rows)
+    cursor.execute(f"INSERT INTO {table} SELECT * FROM batch")
+    cursor.unregister("batch")
+
+
+def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> pa.Table | None:
+    """The watch's entries of a chunk, one row each, ``position`` in execution order."""
+    rows = [
+        (step, position, e.tensor_type, e.name, e.nan, e.posinf, e.neginf)
+        for step, entries in chunk.nonfinite
+        for position, e in enumerate(entries)
+    ]
+    if not rows:
+        return None
+    step, position, tensor_type, name, nan, posinf, neginf = zip(*rows)
+    return pa.table(
+        {
+            "run_id": pa.array([run_id] * len(rows), pa.int32()),
+            "file_id": pa.array([file_id] * len(rows), pa.int32()),
+            "step": pa.array(step, pa.int64()),
+            "position": pa.array(position, pa.int32()),
+            "tensor_type": pa.array(tensor_type, pa.string()),
+            "name": pa.array(name, pa.string()),
+            "nan": pa.array(nan, pa.int64()),
+            "posinf": pa.array(posinf, pa.int64()),
+            "neginf": pa.array(neginf, pa.int64()),
+        }
+    )
+
+
+def _scalar_rows(run_id: int, file_id: int, first_seq: int, chunk: Chunk) -> pa.Table | None:
+    if not chunk.scalars:
+        return None
+    tag, step, wall_time, value = zip(*chunk.scalars)
+    n = len(tag)
+    return pa.table(
+        {
+            "run_id": pa.array([run_id] * n, pa.int32()),
+            "file_id": pa.array([file_id] * n, pa.int32()),
+            "seq": pa.array(range(first_seq, first_seq + n), pa.int64()),
+            "tag": pa.array(tag, pa.string()),
+            "step": pa.array(step, pa.int64()),
+            "wall_time": pa.array(wall_time, pa.float64()),
+            "value": pa.array(value, pa.float64()),
+        }
+    )
 
 
 def _schema_version(connection: duckdb.DuckDBPyConnection) -> str | None:
@@ -410,7 +523,7 @@ def _head(path: str) -> bytes:
 
 
 def _arrow_rows(
-    run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows, table: TagTable
+    run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows
 ) -> tuple[pa.Table, pa.Table | None]:
     """The ``records`` and ``casts`` rows of a chunk's readable records."""
     kept = rows.kept
@@ -430,7 +543,10 @@ def _arrow_rows(
     columns.update({c: rows.counts[:, i] for i, c in enumerate(COUNTS)})
     columns.update({s: rows.statistics[:, i] for i, s in enumerate(STATISTICS)})
     sizes = chunk.sizes[kept]
-    data = chunk.contents[ragged_index(chunk.offsets[kept], sizes)]
+    if n == len(chunk):  # every value readable: its bytes are already laid end to end
+        data = chunk.contents
+    else:
+        data = chunk.contents[ragged_index(chunk.offsets[kept], sizes)]
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     columns["vector"] = pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
@@ -441,7 +557,6 @@ def _arrow_rows(
         return records, None
     row_of_pair = np.repeat(np.arange(n), n_pairs)
     pair_in_row = np.arange(len(row_of_pair)) - np.repeat(rows.cast_starts[:-1] // 2, n_pairs)
-    names = [table.infos[t].formats for t in tag_ids[row_of_pair].tolist()]
     casts = pa.table(
         {
             "run_id": np.full(len(row_of_pair), run_id, dtype=np.int32),
@@ -449,7 +564,7 @@ def _arrow_rows(
             "seq": seq[row_of_pair].astype(np.int64),
             "tag_id": tag_ids[row_of_pair].astype(np.int32),
             "step": steps[row_of_pair],
-            "format": pa.array([f[k] for f, k in zip(names, pair_in_row.tolist())]),
+            "format_index": pair_in_row.astype(np.int8),
             "underflow": rows.casts[0::2],
             "overflow": rows.casts[1::2],
         }

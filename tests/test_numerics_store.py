@@ -231,3 +231,37 @@ def test_two_logdirs_that_share_a_run_keep_their_own_stores(tmp_path):
     inner = NumericsDB(str(tmp_path / "outer" / "inner"), tmp_path / "c", refresh_secs=0)
     assert outer.path != inner.path
     assert _steps(outer, "inner/r") == _steps(inner, "r") == list(range(7))
+
+
+def test_the_watch_records_and_scalars_are_stored(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from tandv_tb.nonfinite import NonfiniteEntry
+
+    run = tmp_path / "logs" / "r"
+    summary = SummaryWriter(str(run))
+    writer = NumericsWriter(writer=summary)
+    rng = np.random.default_rng(0)
+    entries = [
+        NonfiniteEntry("Gradient", "<b>head</b>", 3, 1, 0),
+        NonfiniteEntry("Weight", "w", 0, 0, 2),
+    ]
+    for step in range(6):
+        writer.add_records(
+            step,
+            [RecordItem("x", make_record(rng, "float32"))],
+            nonfinite=entries if step == 4 else (),
+        )
+        summary.add_scalar("loss", 1.0 / (step + 1), step)
+    summary.add_scalar("loss", 7.0, 5)  # written twice: the later one stays
+    writer.close()
+    summary.close()
+    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    assert db.runs() == ["r"]
+    db.refresh("r")
+    (found,) = db.nonfinite("r")
+    assert found.step == 4 and list(found.entries) == entries
+    steps, values = db.scalars("r")["loss"]
+    assert steps.tolist() == list(range(6))
+    assert values.tolist() == [np.float32(1.0 / (s + 1)) for s in range(5)] + [7.0]
+    assert _steps(db, "r", "tandv/Activation/x") == list(range(6))

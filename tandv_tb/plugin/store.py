@@ -114,12 +114,14 @@ class NumericsStore:
         present = [i for i, _ in ids if i is not None]
         columns = tuple(dict.fromkeys(("dtype_code", *needs.columns)))
         rows = db.rows(run, present, columns)
-        recorded, estimated = [], []
+        recorded, estimated = {}, []
         for entry, (tag_id, _) in zip(entries, ids):
             if tag_id is not None and needs.format is not None:
-                has = needs.format in entry.info.formats
-                (recorded if has else estimated).append(tag_id)
-        casts = db.casts(run, recorded, needs.format) if recorded else None
+                if needs.format in entry.info.formats:
+                    recorded[tag_id] = entry.info.formats.index(needs.format)
+                else:
+                    estimated.append(tag_id)
+        casts = db.casts(run, recorded) if recorded else None
         vectors = db.rows(run, estimated, (), vectors=True) if estimated and needs.bins else None
         found = []
         for entry, (tag_id, malformed) in zip(entries, ids):
