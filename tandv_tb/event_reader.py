@@ -33,10 +33,11 @@ import struct
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from tensorboard.compat.proto import event_pb2, types_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.util import tensor_util
 
 from tandv_tb.event_file import masked_crc32c
+from tandv_tb.event_scan import intern_tags, scan_events
 from tandv_tb.metadata import (
     NONFINITE_KIND,
     PLUGIN_NAME,
@@ -46,6 +47,7 @@ from tandv_tb.metadata import (
     plugin_kind,
 )
 from tandv_tb.nonfinite import NonfiniteEntry, decode_nonfinite
+from tandv_tb.record_columns import gather_ranges
 from tandv_tb.summary import encode_varints, stored_vector
 
 _HEADER, _FOOTER = 12, 4  # length + its crc; data crc
@@ -111,7 +113,9 @@ class Chunk:
 
     Value i is tag ``tags[i]`` (an index into the run's ``TagTable``) at ``steps[i]``; its
     stored vector (varint bytes, see ``tandv_tb.summary``) is the next ``sizes[i]`` bytes of
-    ``contents``, or absent (``sizes[i] == -1``) when its tensor is not a stored vector."""
+    ``contents``, or absent (``sizes[i] == -1``) when its tensor is not a stored vector. The
+    same bytes lie at ``file_offsets[i]`` in the file, except for a vector that was
+    re-encoded (an old version's; -1)."""
 
     end: int  # the offset up to which the file was read
     tags: np.ndarray  # int32[V]
@@ -119,6 +123,7 @@ class Chunk:
     wall_times: np.ndarray  # float64[V]
     sizes: np.ndarray  # int64[V]
     contents: np.ndarray  # uint8[sum of the non-negative sizes]
+    file_offsets: np.ndarray  # int64[V]: where each value's bytes lie in the file, -1: nowhere
     problems: list[str]
     nonfinite: list[tuple[int, list[NonfiniteEntry]]]  # (step, entries) of the watch
     scalars: list[tuple[str, int, float, float]]  # TensorBoard scalars: tag, step, time, value
@@ -224,15 +229,21 @@ def read_chunk(
             at_end = not file.read(1)
     except OSError as error:
         return _empty(offset, [f"{path}: skipped the file, it cannot be read ({error})"])
-    values = _Values()
+    frames = list(_frames(data, final and at_end))
+    consumed = frames.pop()
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    bodies = [item for item in frames if not isinstance(item, _Damage)]
+    fast = _FastEvents(buffer, bodies, table)
+    values = _Values(buffer, offset)
     pending: list[_Damage] = []  # reported once the next readable step is known
     step: int | None = None
-    for item in _frames(data, final and at_end):
-        if isinstance(item, int):
-            consumed = item
-        elif isinstance(item, _Damage):
+    for item in frames:
+        if isinstance(item, _Damage):
             pending.append(item)
-        else:
+            continue
+        event = None
+        event_step = fast.take(values)
+        if event_step is None:
             try:
                 event = event_pb2.Event.FromString(data[item[0] : item[1]])
             except DecodeError:
@@ -240,9 +251,11 @@ def read_chunk(
                     f"{path}: skipped an event that is not a valid Event proto (after step {step})"
                 )
                 continue
-            for damage in pending:
-                problems.append(_damage_text(path, offset, damage, step, event.step))
-            pending, step = [], event.step
+            event_step = event.step
+        for damage in pending:
+            problems.append(_damage_text(path, offset, damage, step, event_step))
+        pending, step = [], event_step
+        if event is not None:
             values.add_event(event, table, path, problems)
     if consumed == 0 and len(data) >= max_bytes:  # a whole piece without a record start
         consumed = len(data) // 2
@@ -262,7 +275,7 @@ def _rest_of_first_record(file, data: bytes) -> bytes:
 
 
 def _empty(end: int, problems: list[str]) -> Chunk:
-    return _Values().chunk(end, problems)
+    return _Values(np.zeros(0, dtype=np.uint8), end).chunk(end, problems)
 
 
 def _damage_text(path: str, base: int, damage: _Damage, before, after) -> str:
@@ -275,17 +288,100 @@ def _damage_text(path: str, base: int, damage: _Damage, before, after) -> str:
     )
 
 
-class _Values:
-    """The numerics values of a chunk as they are met, turned into arrays at the end."""
+class _FastEvents:
+    """The events of a chunk whose values are all numerics stored vectors, read from
+    ``event_scan``'s arrays without protobuf (the others are parsed with protobuf). Events
+    are taken in file order, one per ``take``."""
 
-    def __init__(self) -> None:
-        self.tags: list[int] = []
-        self.steps: list[int] = []
-        self.wall_times: list[float] = []
-        self.sizes: list[int] = []
-        self.contents: list[bytes] = []
+    def __init__(self, buffer: np.ndarray, bodies: list[tuple[int, int]], table: TagTable):
+        self._table = table
+        self._next = 0
+        starts = np.array([b[0] for b in bodies], dtype=np.int64)
+        ends = np.array([b[1] for b in bodies], dtype=np.int64)
+        self._scan = scan = scan_events(buffer, starts, ends)
+        self._buffer = buffer
+        names, self._local = intern_tags(buffer, scan)
+        self._names = names
+        self._to_table = np.array([_or_minus_one(table.index(n)) for n in names], dtype=np.int64)
+        self._bounds = np.searchsorted(scan.event, np.arange(len(bodies) + 1))
+        self._vector = (scan.dtype == types_pb2.DT_UINT8) & (scan.n_dims == 1)
+        self._vector &= scan.dim0 == scan.content_len
+        self._numerics = np.zeros(0, dtype=bool)
+
+    def take(self, values: _Values) -> int | None:
+        """The step of the next event if its values were taken, else None (parse it)."""
+        event, self._next = self._next, self._next + 1
+        if not self._scan.ok[event]:
+            return None
+        low, high = self._bounds[event], self._bounds[event + 1]
+        tags = self._to_table[self._local[low:high]]
+        if (tags < 0).any():
+            self._register(low, high)
+            tags = self._to_table[self._local[low:high]]
+        if len(self._numerics) < len(self._table):
+            self._numerics = np.array([i is not None for i in self._table.infos], dtype=bool)
+        if (tags < 0).any() or not self._numerics[tags].all() or not self._vector[low:high].all():
+            return None
+        scan = self._scan
+        values.add_fast(
+            tags,
+            scan.content_start[low:high],
+            scan.content_len[low:high],
+            int(scan.step[event]),
+            float(scan.wall_time[event]),
+        )
+        return int(scan.step[event])
+
+    def _register(self, low: int, high: int) -> None:
+        """Register the event's new tags of this plugin from their metadata."""
+        scan = self._scan
+        for value in range(low, high):
+            local = self._local[value]
+            if self._to_table[local] >= 0 or scan.meta_start[value] < 0:
+                continue
+            start, length = scan.meta_start[value], scan.meta_len[value]
+            try:
+                metadata = summary_pb2.SummaryMetadata.FromString(
+                    self._buffer[start : start + length].tobytes()
+                )
+            except DecodeError:
+                continue
+            if metadata.plugin_data.plugin_name == PLUGIN_NAME:
+                index = self._table.add(self._names[local], metadata.plugin_data.content)
+                self._to_table[local] = index
+
+
+def _or_minus_one(index: int | None) -> int:
+    return -1 if index is None else index
+
+
+class _Values:
+    """The numerics values of a chunk as they are met, turned into arrays at the end: taken
+    from the scan (byte ranges of ``buffer``) or from protobuf (bytes of their own)."""
+
+    def __init__(self, buffer: np.ndarray, file_offset: int) -> None:
+        self.buffer = buffer
+        self.file_offset = file_offset  # where ``buffer`` starts in the file
+        self.parts: list[tuple[np.ndarray, ...]] = []  # (tags, steps, walls, starts, sizes)
+        self.extra: list[bytes] = []  # contents of values parsed with protobuf
+        self.extra_size = 0
         self.nonfinite: list[tuple[int, list[NonfiniteEntry]]] = []
         self.scalars: list[tuple[str, int, float, float]] = []
+
+    def add_fast(self, tags, starts, sizes, step: int, wall_time: float) -> None:
+        n = len(tags)
+        self.parts.append((tags, np.full(n, step, np.int64), np.full(n, wall_time), starts, sizes))
+
+    def _add_parsed(self, index: int, step: int, wall_time: float, content: bytes | None):
+        start = len(self.buffer) + self.extra_size
+        size = -1 if content is None else len(content)
+        if content is not None:
+            self.extra.append(content)
+            self.extra_size += len(content)
+        one = np.array
+        self.parts.append(
+            (one([index]), one([step], np.int64), one([wall_time]), one([start]), one([size]))
+        )
 
     def add_event(self, event, table: TagTable, path: str, problems: list[str]) -> None:
         for value in event.summary.value:
@@ -316,12 +412,7 @@ class _Values:
                     problems.append(f"{path}: skipped the records of tag {value.tag!r}: {error}")
                 continue
             content = _stored_bytes(value.tensor)
-            self.tags.append(index)
-            self.steps.append(event.step)
-            self.wall_times.append(event.wall_time)
-            self.sizes.append(-1 if content is None else len(content))
-            if content is not None:
-                self.contents.append(content)
+            self._add_parsed(index, event.step, event.wall_time, content)
 
     def add_scalar(self, value, table: TagTable, event) -> None:
         """A TensorBoard scalar (the loss, the learning rate) is kept; anything else not."""
@@ -348,13 +439,23 @@ class _Values:
             )
 
     def chunk(self, end: int, problems: list[str]) -> Chunk:
+        if self.parts:
+            tags, steps, walls, starts, sizes = (np.concatenate(c) for c in zip(*self.parts))
+        else:
+            tags, steps, walls, starts, sizes = (np.zeros(0, np.int64) for _ in range(5))
+        source = self.buffer
+        if self.extra:
+            source = np.concatenate([source, np.frombuffer(b"".join(self.extra), np.uint8)])
+        whole = sizes >= 0
+        in_file = starts < len(self.buffer)
         return Chunk(
             end=end,
-            tags=np.asarray(self.tags, dtype=np.int32),
-            steps=np.asarray(self.steps, dtype=np.int64),
-            wall_times=np.asarray(self.wall_times, dtype=np.float64),
-            sizes=np.asarray(self.sizes, dtype=np.int64),
-            contents=np.frombuffer(b"".join(self.contents), dtype=np.uint8),
+            tags=tags.astype(np.int32),
+            steps=steps.astype(np.int64),
+            wall_times=walls.astype(np.float64),
+            sizes=sizes.astype(np.int64),
+            contents=gather_ranges(source, starts[whole], sizes[whole]),
+            file_offsets=np.where(in_file & whole, starts + self.file_offset, -1).astype(np.int64),
             problems=problems,
             nonfinite=self.nonfinite,
             scalars=self.scalars,

@@ -7,10 +7,12 @@ cache folder outside the logdir (read-only logdirs work), so a second start is f
 server's memory is bounded by DuckDB's buffer limit, not by the logdir's size.
 
 - ``records``: one row per numerics record with its step, counts and statistics as columns
-  (what heatmaps and lines read, a column at a time) and its stored vector (varint bytes,
-  ``tandv_tb.summary``) for histograms and estimates; ``casts``: the exact under/overflow
-  per recorded format; ``tags``: each tag's metadata (from its first record); ``files``:
-  how far each event file was read.
+  (what heatmaps and lines read, a column at a time) and where its stored vector (varint
+  bytes, ``tandv_tb.summary``; for histograms and estimates) lies in its event file: the
+  event files are not copied (a vector re-encoded from an old version is kept inline);
+  ``casts``: the exact under/overflow per recorded format; ``tags``: each tag's metadata
+  (from its first record); ``files``: how far each event file was read; ``nonfinite`` and
+  ``scalars``: the watch's records and TensorBoard's scalars (the loss).
 - A run is brought up to date when it is asked for, at most once per ``REFRESH_SECS``:
   new bytes of growing files, new files, and a file that was replaced or shrank is read
   again from its start. Each file's new records and its new offset are committed in one
@@ -42,13 +44,13 @@ import pyarrow as pa
 from tandv_tb.event_reader import Chunk, TagTable, read_chunk
 from tandv_tb.metadata import TagInfo
 from tandv_tb.nonfinite import NonfiniteEntry, NonfiniteStep
-from tandv_tb.record_columns import DecodedRows, decode_rows, ragged_index
+from tandv_tb.record_columns import DecodedRows, decode_rows, gather_ranges
 from tandv_tb.stats.record import COUNTS, STATISTICS
 
 logger = logging.getLogger(__name__)
 
 #: Bump when the tables change: a store of another version is rebuilt, never misread.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
 #: DuckDB's buffer limit: what bounds the server's memory, whatever the logdir's size.
@@ -66,7 +68,8 @@ CREATE TABLE tags (run_id INTEGER, tag_id INTEGER, tag VARCHAR, content BLOB,
 CREATE TABLE records (run_id INTEGER, file_id INTEGER, seq BIGINT, tag_id INTEGER,
                       step BIGINT, wall_time DOUBLE, dtype_code TINYINT,
                       {", ".join(f"{c} BIGINT" for c in COUNTS)},
-                      {", ".join(f"{s} DOUBLE" for s in STATISTICS)}, vector BLOB);
+                      {", ".join(f"{s} DOUBLE" for s in STATISTICS)},
+                      vector_offset BIGINT, vector_size BIGINT, vector BLOB);
 CREATE TABLE nonfinite (run_id INTEGER, file_id INTEGER, step BIGINT, position INTEGER,
                         tensor_type VARCHAR, name VARCHAR, nan BIGINT, posinf BIGINT,
                         neginf BIGINT);
@@ -351,7 +354,7 @@ class NumericsDB:
         wanted = [c for c in columns if c in (*_SCALARS, "wall_time")]
         select = ", ".join(["tag_id", "step", "file_id", "seq", *wanted])
         if vectors:
-            select += ", vector"
+            select += ", vector_offset, vector_size, vector"
         where = "run_id = (SELECT run_id FROM runs WHERE run = ?) AND tag_id IN "
         where += "(SELECT unnest(?::INTEGER[]))"
         params: list = [run, list(tag_ids)]
@@ -366,8 +369,40 @@ class NumericsDB:
             columns={c: _numpy(table.column(c))[order] for c in wanted},
         )
         if vectors:
-            found.vectors = _take_binary(table.column("vector"), order)
+            found.vectors = self._vectors(run, table, order)
         return found
+
+    def _vectors(self, run: str, table: pa.Table, order: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The stored vectors of the rows at ``order``, laid end to end, and their offsets:
+        read from the event files where they lie, or inline."""
+        file_ids = table.column("file_id").to_numpy()[order]
+        at = table.column("vector_offset").to_numpy()[order]
+        sizes = table.column("vector_size").to_numpy()[order]
+        offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        out = np.zeros(int(offsets[-1]), dtype=np.uint8)
+        names = dict(
+            self._cursor()
+            .execute(
+                "SELECT file_id, name FROM files WHERE run_id = "
+                "(SELECT run_id FROM runs WHERE run = ?)",
+                [run],
+            )
+            .fetchall()
+        )
+        for file_id in np.unique(file_ids[at >= 0]).tolist():
+            rows = np.flatnonzero((file_ids == file_id) & (at >= 0))
+            path = self._run_dir(run) / names.get(file_id, "")
+            try:
+                data = np.memmap(path, dtype=np.uint8, mode="r")
+                gather_ranges(data, at[rows], sizes[rows], out=out, out_starts=offsets[rows])
+            except (OSError, ValueError) as error:  # gone or shorter since: a refresh drops it
+                logger.warning("tandv_tb: cannot read vectors from %s: %s", path, error)
+        inline = np.flatnonzero(at < 0)
+        if len(inline):
+            blobs = table.column("vector").take(pa.array(order[inline]))
+            for row, blob in zip(inline.tolist(), blobs.to_pylist()):
+                out[offsets[row] : offsets[row + 1]] = np.frombuffer(blob or b"", np.uint8)
+        return out, offsets
 
     def runs(self) -> list[str]:
         """The runs under the logdir (folders holding event files), as TensorBoard names
@@ -543,14 +578,15 @@ def _arrow_rows(
     columns.update({c: rows.counts[:, i] for i, c in enumerate(COUNTS)})
     columns.update({s: rows.statistics[:, i] for i, s in enumerate(STATISTICS)})
     sizes = chunk.sizes[kept]
-    if n == len(chunk):  # every value readable: its bytes are already laid end to end
-        data = chunk.contents
-    else:
-        data = chunk.contents[ragged_index(chunk.offsets[kept], sizes)]
-    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    columns["vector"] = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
+    at = chunk.file_offsets[kept]
+    columns["vector_offset"] = at
+    columns["vector_size"] = sizes
+    inline = np.flatnonzero(at < 0)  # re-encoded vectors: kept here, the others in the file
+    blobs = [None] * n
+    contents_at = chunk.offsets[kept]
+    for row in inline.tolist():
+        blobs[row] = chunk.contents[contents_at[row] : contents_at[row] + sizes[row]].tobytes()
+    columns["vector"] = pa.array(blobs, pa.binary())
     records = pa.table(columns)
     n_pairs = np.diff(rows.cast_starts) // 2
     if not n_pairs.any():
@@ -587,18 +623,3 @@ def _latest_per_step(table: pa.Table) -> np.ndarray:
     last = np.ones(len(order), dtype=bool)
     last[:-1] = (tags[1:] != tags[:-1]) | (steps[1:] != steps[:-1])
     return order[last]
-
-
-def _take_binary(column: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The bytes of the binary values at ``order``, concatenated, and their offsets."""
-    array = column.combine_chunks().cast(pa.large_binary())
-    validity, offsets_buffer, data_buffer = array.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[
-        array.offset : array.offset + len(array) + 1
-    ]
-    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer else np.zeros(0, np.uint8)
-    starts, ends = offsets[:-1][order], offsets[1:][order]
-    sizes = ends - starts
-    return data[ragged_index(starts, sizes)], np.concatenate(([0], np.cumsum(sizes))).astype(
-        np.int64
-    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numba
 import numpy as np
 
 from tandv_tb import formats as fmt
@@ -166,6 +167,41 @@ def _consistent(
         & in_range
         & stats_ok
     )
+
+
+def gather_ranges(
+    data: np.ndarray,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    *,
+    out: np.ndarray | None = None,
+    out_starts: np.ndarray | None = None,
+) -> np.ndarray:
+    """The byte ranges ``data[starts[i]:starts[i] + sizes[i]]`` laid end to end, or each
+    written at ``out[out_starts[i]:]`` (one pass, without the index array that fancy
+    indexing would build: one int64 per byte)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if out is None:
+        out = np.empty(int(sizes.sum()), dtype=np.uint8)
+        out_starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    out_starts = np.asarray(out_starts, dtype=np.int64)
+    if len(starts) and (
+        starts.min() < 0
+        or sizes.min() < 0
+        or (starts + sizes).max() > len(data)
+        or out_starts.min() < 0
+        or (out_starts + sizes).max() > len(out)
+    ):
+        raise ValueError("a byte range lies outside the data")
+    _gather(data, starts, sizes, out, out_starts)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather(data, starts, sizes, out, out_starts):
+    for i in range(len(starts)):
+        out[out_starts[i] : out_starts[i] + sizes[i]] = data[starts[i] : starts[i] + sizes[i]]
 
 
 def ragged_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
