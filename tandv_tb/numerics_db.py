@@ -44,13 +44,13 @@ import pyarrow as pa
 from tandv_tb.event_reader import Chunk, TagTable, read_chunk
 from tandv_tb.metadata import TagInfo
 from tandv_tb.nonfinite import NonfiniteEntry, NonfiniteStep
-from tandv_tb.record_columns import DecodedRows, decode_rows, gather_ranges
+from tandv_tb.record_columns import DecodedRows, decode_rows, gather_ranges, ragged_index
 from tandv_tb.stats.record import COUNTS, STATISTICS
 
 logger = logging.getLogger(__name__)
 
 #: Bump when the tables change: a store of another version is rebuilt, never misread.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
 #: DuckDB's buffer limit: what bounds the server's memory, whatever the logdir's size.
@@ -560,8 +560,11 @@ def _head(path: str) -> bytes:
 def _arrow_rows(
     run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows
 ) -> tuple[pa.Table, pa.Table | None]:
-    """The ``records`` and ``casts`` rows of a chunk's readable records."""
-    kept = rows.kept
+    """The ``records`` and ``casts`` rows of a chunk's readable records, ordered by (tag,
+    step, seq): rows are read back by tag, and a store of chunks each so ordered comes
+    back in a few sorted runs (``_latest_per_step``)."""
+    order = np.lexsort((rows.kept, chunk.steps[rows.kept], chunk.tags[rows.kept]))
+    kept = rows.kept[order]
     n = len(kept)
     seq = first_seq + kept
     tag_ids = chunk.tags[kept]
@@ -573,10 +576,10 @@ def _arrow_rows(
         "tag_id": tag_ids.astype(np.int32),
         "step": steps,
         "wall_time": chunk.wall_times[kept],
-        "dtype_code": rows.dtype_codes.astype(np.int8),
+        "dtype_code": rows.dtype_codes[order].astype(np.int8),
     }
-    columns.update({c: rows.counts[:, i] for i, c in enumerate(COUNTS)})
-    columns.update({s: rows.statistics[:, i] for i, s in enumerate(STATISTICS)})
+    columns.update({c: rows.counts[order, i] for i, c in enumerate(COUNTS)})
+    columns.update({s: rows.statistics[order, i] for i, s in enumerate(STATISTICS)})
     sizes = chunk.sizes[kept]
     at = chunk.file_offsets[kept]
     columns["vector_offset"] = at
@@ -588,11 +591,13 @@ def _arrow_rows(
         blobs[row] = chunk.contents[contents_at[row] : contents_at[row] + sizes[row]].tobytes()
     columns["vector"] = pa.array(blobs, pa.binary())
     records = pa.table(columns)
-    n_pairs = np.diff(rows.cast_starts) // 2
+    n_pairs = (np.diff(rows.cast_starts) // 2)[order]
     if not n_pairs.any():
         return records, None
     row_of_pair = np.repeat(np.arange(n), n_pairs)
-    pair_in_row = np.arange(len(row_of_pair)) - np.repeat(rows.cast_starts[:-1] // 2, n_pairs)
+    first_pair = np.concatenate(([0], np.cumsum(n_pairs)[:-1]))
+    pair_in_row = np.arange(len(row_of_pair)) - np.repeat(first_pair, n_pairs)
+    casts = rows.casts[ragged_index(rows.cast_starts[:-1][order], 2 * n_pairs)]
     casts = pa.table(
         {
             "run_id": np.full(len(row_of_pair), run_id, dtype=np.int32),
@@ -601,8 +606,8 @@ def _arrow_rows(
             "tag_id": tag_ids[row_of_pair].astype(np.int32),
             "step": steps[row_of_pair],
             "format_index": pair_in_row.astype(np.int8),
-            "underflow": rows.casts[0::2],
-            "overflow": rows.casts[1::2],
+            "underflow": casts[0::2],
+            "overflow": casts[1::2],
         }
     )
     return records, casts
@@ -613,13 +618,23 @@ def _numpy(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def _latest_per_step(table: pa.Table) -> np.ndarray:
-    """Row order by (tag, step), keeping of each (tag, step) the last written record."""
+    """Row order by (tag, step), keeping of each (tag, step) the last written record.
+
+    Rows come back in the order they were stored: chunks each ordered by (tag, step,
+    seq), so a stable sort by tag alone (merging a few sorted runs) usually orders them
+    fully; a full sort is the fallback."""
     tags = table.column("tag_id").to_numpy()
     steps = table.column("step").to_numpy()
-    order = np.lexsort(
-        (table.column("seq").to_numpy(), table.column("file_id").to_numpy(), steps, tags)
+    files = table.column("file_id").to_numpy()
+    seq = table.column("seq").to_numpy()
+    order = np.argsort(tags, kind="stable")
+    t, st, f, q = tags[order], steps[order], files[order], seq[order]
+    later = (st[1:] > st[:-1]) | (
+        (st[1:] == st[:-1]) & ((f[1:] > f[:-1]) | ((f[1:] == f[:-1]) & (q[1:] > q[:-1])))
     )
-    tags, steps = tags[order], steps[order]
+    if not ((t[1:] != t[:-1]) | later).all():
+        order = np.lexsort((seq, files, steps, tags))
+        t, st = tags[order], steps[order]
     last = np.ones(len(order), dtype=bool)
-    last[:-1] = (tags[1:] != tags[:-1]) | (steps[1:] != steps[:-1])
+    last[:-1] = (t[1:] != t[:-1]) | (st[1:] != st[:-1])
     return order[last]

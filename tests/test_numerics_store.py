@@ -265,3 +265,21 @@ def test_the_watch_records_and_scalars_are_stored(tmp_path):
     assert steps.tolist() == list(range(6))
     assert values.tolist() == [np.float32(1.0 / (s + 1)) for s in range(5)] + [7.0]
     assert _steps(db, "r", "tandv/Activation/x") == list(range(6))
+
+
+def test_steps_out_of_order_and_a_step_written_again_keep_the_later_record(tmp_path):
+    run = tmp_path / "logs" / "r"
+    rng = np.random.default_rng(3)
+    written = {}
+    with NumericsWriter(str(run)) as writer:
+        for step in (5, 3, 4, 0, 3, 9, 4):  # out of order; 3 and 4 twice
+            record = make_record(rng, "float32")
+            writer.add_record("x", record, step)
+            written[step] = record.statistics["max_abs"]
+    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db.refresh("r")
+    tag_id = db.tags("r")["tandv/Activation/x"][0]
+    rows = db.rows("r", [tag_id], ("max_abs",))
+    assert rows.steps.tolist() == [0, 3, 4, 5, 9]
+    expected = [np.float32(written[s]) for s in (0, 3, 4, 5, 9)]
+    assert rows.columns["max_abs"].tolist() == expected
