@@ -10,20 +10,27 @@ It is exact or it declines: an event is ``ok`` only when protobuf would parse it
 field returned equals protobuf's. Anything it does not fully model marks the event not ok,
 and the caller parses that event with protobuf. Not ok are:
 
-- malformed wire format: truncated varints or fields, lengths past the end of their message,
-  wire types 3, 4, 6 and 7 (groups are not used by these messages), field number 0, a known
-  field with another wire type than its declared type's, invalid UTF-8 in any string field,
-  nesting deeper than ``_MAX_DEPTH``, varints longer than protobuf accepts;
+- malformed wire format, and some oddities protobuf tolerates: truncated varints or fields,
+  lengths past the end of their message, wire types 3, 4, 6 and 7 (groups are not used by
+  these messages), field number 0, a known field with another wire type than its declared
+  type's (protobuf would keep it as an unknown field), invalid UTF-8 in any string field,
+  nesting deeper than ``_MAX_DEPTH``, keys over 5 bytes, varints over 64 bits;
 - what protobuf parses but these ranges cannot describe: an unpacked ``int64_val`` (every
   writer packs it) or more than one packed run of it, a value's ``metadata`` or ``tensor``
   field occurring twice (protobuf merges the occurrences), a value holding ``tensor`` and
   another member of its ``value`` oneof, an event holding ``summary`` and another member of
   its ``what`` oneof (protobuf keeps the last member only).
 
-Every other field, known or not, is validated as protobuf would and skipped. Which fields
-exist and their types come from the generated descriptors (``_schema``); the field numbers
-this module reads are the ``F_*`` constants, checked against the descriptors by the tests.
-A not-ok event has no values in the result (its ``step`` and ``wall_time`` are 0).
+Repeated occurrences that the ranges can describe follow protobuf: the last ``step``,
+``wall_time``, tag, dtype and ``tensor_content`` win; several ``summary`` fields, shapes and
+dims add up. Every other field, known or not, is validated (at least as strictly as
+protobuf) and skipped. Which fields exist and their types come from the generated
+descriptors (``_schema``); the field numbers this module reads are the ``F_*`` constants,
+checked against the descriptors by the tests. A not-ok event has no values in the result
+(its ``step`` and ``wall_time`` are 0).
+
+``intern_tags`` turns the tags' byte ranges into a list of distinct names and an index per
+value, decoding each distinct tag once.
 """
 
 from __future__ import annotations
@@ -143,8 +150,9 @@ def scan_events(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Scann
     if starts.shape != ends.shape or starts.ndim != 1:
         raise ValueError(f"starts {starts.shape} and ends {ends.shape} must be equal 1-D shapes")
     kinds, children, packable, oneofs = _schema()
+    capacity = _count_values(data, starts, ends)
     step, wall_bits, ok, values, n_values = _scan(
-        data, starts, ends, kinds, children, packable, oneofs
+        data, starts, ends, capacity, kinds, children, packable, oneofs
     )
     rows = values[:, :n_values]
     return ScannedValues(
@@ -282,12 +290,14 @@ def _valid_packed(data, pos, end, kind):
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan(data, starts, ends, kinds, children, packable, oneofs):
+def _scan(data, starts, ends, capacity, kinds, children, packable, oneofs):
+    """scan_events' arrays (the per-value ones as rows of one table, of ``capacity``
+    columns to start with)."""
     n_events = len(starts)
     step = np.zeros(n_events, np.int64)
     wall_bits = np.zeros(n_events, np.uint64)
     ok = np.zeros(n_events, np.bool_)
-    values = np.empty((_N_ROWS, 1024), np.int64)
+    values = np.empty((_N_ROWS, max(capacity, 16)), np.int64)
     n_values = 0
     stack = np.empty((3, _MAX_DEPTH), np.int64)  # end, message type, role
     for e in range(n_events):
@@ -300,10 +310,12 @@ def _scan(data, starts, ends, kinds, children, packable, oneofs):
             )
             if status != _FULL:
                 break
+            # (_count_values gives room enough, but a table too small must not be overrun.)
             # Grown here, and the event scanned again, so that the array is not reassigned
             # in the hot loop (which would make numba refcount it at every step).
             grown = np.empty((_N_ROWS, 2 * values.shape[1]), np.int64)
-            grown[:, :n_values] = values[:, :n_values]
+            for row in range(_N_ROWS):
+                grown[row, :n_values] = values[row, :n_values]
             values = grown
         ok[e] = status == _OK
         if ok[e]:
@@ -311,6 +323,50 @@ def _scan(data, starts, ends, kinds, children, packable, oneofs):
         else:
             step[e], wall_bits[e] = 0, 0
     return step, wall_bits, ok, values, n_values
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_values(data, starts, ends):
+    """How many ``Summary.value`` fields the events hold, from the keys of the events' and
+    summaries' fields only: the size of the value table, which is then filled without
+    growing it (growing a table of millions of values doubles the scan's time)."""
+    count = 0
+    for e in range(len(starts)):
+        pos, end = starts[e], ends[e]
+        if not 0 <= pos <= end <= len(data):
+            continue
+        while pos < end:
+            field, wire, body, pos = _next_field(data, pos, end)
+            if pos < 0:
+                break
+            if field == F_EVENT_SUMMARY and wire == 2:
+                inner = body
+                while 0 <= inner < pos:
+                    field, wire, _, inner = _next_field(data, inner, pos)
+                    count += field == F_SUMMARY_VALUE and wire == 2 and inner >= 0
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def _next_field(data, pos, limit):
+    """(field number, wire type, start of a length-delimited field's bytes, position after
+    the field) of the field at ``pos``; the position is -1 where it is not well formed."""
+    key, pos = _varint(data, pos, limit, 5)
+    field, wire, body = np.int64(key >> np.uint64(3)), np.int64(key & np.uint64(7)), pos
+    if pos < 0:
+        return field, wire, body, -1
+    if wire == 0:
+        _, pos = _varint(data, pos, limit, 10)
+    elif wire == 1 or wire == 5:
+        pos = pos + (8 if wire == 1 else 4) if limit - pos >= (8 if wire == 1 else 4) else -1
+    elif wire == 2:
+        size, body = _varint(data, pos, limit, 5)
+        if body < 0 or size >= 0x7FFFFFFF or np.int64(size) > limit - body:
+            return field, wire, body, -1
+        pos = body + np.int64(size)
+    else:
+        pos = -1
+    return field, wire, body, pos
 
 
 @numba.njit(cache=True, nogil=True)
