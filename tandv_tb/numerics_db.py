@@ -104,10 +104,16 @@ class Rows:
     steps: np.ndarray  # int64[N]
     columns: dict[str, np.ndarray]  # name -> [N]
     vectors: tuple[np.ndarray, np.ndarray] | None = None  # (bytes uint8, offsets int64[N+1])
+    _bounds: dict[int, tuple[int, int]] | None = dataclasses.field(default=None, repr=False)
 
     def bounds(self, tag_id: int) -> tuple[int, int]:
-        start = int(np.searchsorted(self.tag_ids, tag_id, side="left"))
-        return start, int(np.searchsorted(self.tag_ids, tag_id, side="right"))
+        """The slice of one tag's rows (empty for a tag without rows)."""
+        if self._bounds is None:
+            ids = self.tag_ids
+            starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+            ends = np.append(starts[1:], len(ids))
+            self._bounds = dict(zip(ids[starts].tolist(), zip(starts.tolist(), ends.tolist())))
+        return self._bounds.get(tag_id, (0, 0))
 
 
 class NumericsDB:
@@ -621,20 +627,18 @@ def _latest_per_step(table: pa.Table) -> np.ndarray:
     """Row order by (tag, step), keeping of each (tag, step) the last written record.
 
     Rows come back in the order they were stored: chunks each ordered by (tag, step,
-    seq), so a stable sort by tag alone (merging a few sorted runs) usually orders them
-    fully; a full sort is the fallback."""
+    seq), so a stable sort by tag alone (a radix sort) orders them fully unless a tag's
+    steps are out of order or repeated; then a full sort on (tag, step, file, seq)."""
     tags = table.column("tag_id").to_numpy()
     steps = table.column("step").to_numpy()
-    files = table.column("file_id").to_numpy()
-    seq = table.column("seq").to_numpy()
-    order = np.argsort(tags, kind="stable")
-    t, st, f, q = tags[order], steps[order], files[order], seq[order]
-    later = (st[1:] > st[:-1]) | (
-        (st[1:] == st[:-1]) & ((f[1:] > f[:-1]) | ((f[1:] == f[:-1]) & (q[1:] > q[:-1])))
-    )
-    if not ((t[1:] != t[:-1]) | later).all():
-        order = np.lexsort((seq, files, steps, tags))
-        t, st = tags[order], steps[order]
+    small = len(tags) and tags.min() >= 0 and tags.max() < 1 << 16
+    order = np.argsort(tags.astype(np.uint16) if small else tags, kind="stable")  # radix
+    t, st = tags[order], steps[order]
+    if ((t[1:] != t[:-1]) | (st[1:] > st[:-1])).all():  # each tag's steps ascend, once each
+        return order
+    files, seq = table.column("file_id").to_numpy(), table.column("seq").to_numpy()
+    order = np.lexsort((seq, files, steps, tags))
+    t, st = tags[order], steps[order]
     last = np.ones(len(order), dtype=bool)
     last[:-1] = (t[1:] != t[:-1]) | (st[1:] != st[:-1])
     return order[last]
