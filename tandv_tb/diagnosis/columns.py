@@ -4,6 +4,7 @@ store in one call (what every kind of finding vectorises over)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -52,6 +53,25 @@ class RunNumerics:
 
     def __len__(self) -> int:
         return len(self.steps)
+
+    def row_of(self, tag_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The row of each (tag, step), -1 where there is none."""
+        tensors = np.searchsorted(self.tag_ids, tag_ids)
+        known = tensors < len(self.tag_ids)
+        known[known] = self.tag_ids[tensors[known]] == tag_ids[known]
+        unique = self.unique_steps
+        keys = self.tensor * len(unique) + np.searchsorted(unique, self.steps)
+        wanted = tensors * len(unique) + np.searchsorted(unique, steps)
+        at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+        found = known & (at < len(keys))
+        if len(keys):
+            found &= (keys[at] == wanted) & (self.steps[at] == steps)
+        return np.where(found, at, -1)
+
+    @functools.cached_property
+    def unique_steps(self) -> np.ndarray:
+        """Every step at which some tensor was recorded, ascending."""
+        return np.unique(self.steps)
 
     def finite(self) -> np.ndarray:
         """The number of finite values of each row."""

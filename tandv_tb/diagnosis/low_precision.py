@@ -39,7 +39,7 @@ def format_shares(db: NumericsDB, numerics: RunNumerics) -> list[FormatShares]:
     found = []
     for name, tags in sorted(by_format.items()):
         casts = db.casts(numerics.run, tags)
-        rows = _record_rows(numerics, casts.tag_ids, casts.steps)
+        rows = numerics.row_of(casts.tag_ids, casts.steps)
         keep = rows >= 0
         rows = rows[keep]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -47,20 +47,6 @@ def format_shares(db: NumericsDB, numerics: RunNumerics) -> list[FormatShares]:
             over = casts.columns["overflow"][keep] / finite[rows]
         found.append(FormatShares(name, rows, np.nan_to_num(under), np.nan_to_num(over)))
     return found
-
-
-def _record_rows(numerics: RunNumerics, tag_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """The numerics row of each (tag, step), -1 where there is none."""
-    tensors = np.searchsorted(numerics.tag_ids, tag_ids)
-    rows = np.full(len(tag_ids), -1, dtype=np.int64)
-    for g in np.unique(tensors).tolist():
-        mine = np.flatnonzero(tensors == g)
-        start, end = numerics.starts[g], numerics.starts[g + 1]
-        held = numerics.steps[start:end]
-        at = np.searchsorted(held, steps[mine])
-        ok = (at < len(held)) & (held[np.minimum(at, len(held) - 1)] == steps[mine])
-        rows[mine[ok]] = start + at[ok]
-    return rows
 
 
 def overflow_findings(
@@ -151,6 +137,9 @@ def scale_findings(
     shifts its bins by k; the loss of each shift is estimated by the dashboards' rule
     (``tandv_tb.cast_estimate``)."""
     wanted: dict[tuple[int, str], np.ndarray] = {}  # (tensor, format) -> rows
+    steps = numerics.unique_steps
+    grid = np.unique(np.linspace(0, len(steps) - 1, thresholds.scale_steps).round())
+    sample = steps[grid.astype(np.int64)]
     for fs in shares:
         tensors = numerics.tensor[fs.rows]
         under, _ = first_stretches(
@@ -162,10 +151,7 @@ def scale_findings(
             g, step = int(tensors[i]), int(numerics.steps[fs.rows[i]])
             first[g] = min(first.get(g, step), step)
         for g, step in first.items():
-            start, end = numerics.starts[g], numerics.starts[g + 1]
-            rows = np.arange(start, end)[numerics.steps[start:end] >= step]
-            pick = np.unique(np.linspace(0, len(rows) - 1, thresholds.scale_steps).round())
-            wanted[g, fs.format] = rows[pick.astype(np.int64)]
+            wanted[g, fs.format] = _sample_rows(numerics, g, step, sample)
     if not wanted:
         return []
     bins = _histograms(db, numerics, np.unique(np.concatenate(list(wanted.values()))))
@@ -196,6 +182,17 @@ def scale_findings(
     return found
 
 
+def _sample_rows(numerics: RunNumerics, g: int, first: int, sample: np.ndarray) -> np.ndarray:
+    """Tensor g's row at step ``first`` and its rows nearest the run's ``sample`` of steps
+    after it (a grid shared by every tensor, so that few steps are read)."""
+    start, end = numerics.starts[g], numerics.starts[g + 1]
+    held = numerics.steps[start:end]
+    begin = int(np.searchsorted(held, first))
+    later = sample[sample > first]
+    at = np.minimum(np.searchsorted(held, later), len(held) - 1)
+    return start + np.unique(np.concatenate(([begin], at)))
+
+
 def _histograms(
     db: NumericsDB, numerics: RunNumerics, rows: np.ndarray
 ) -> dict[int, tuple[str, int, np.ndarray]]:
@@ -209,7 +206,7 @@ def _histograms(
         vectors=True,
         steps=tuple(np.unique(numerics.steps[rows]).tolist()),
     )
-    at = _record_rows(numerics, read.tag_ids, read.steps)
+    at = numerics.row_of(read.tag_ids, read.steps)
     n_formats = np.array(
         [len(numerics.tensors[g].formats) for g in numerics.tensor[np.maximum(at, 0)]]
     )
@@ -226,6 +223,20 @@ def _histograms(
     return found
 
 
+def _summed(hists: list[tuple[str, int, np.ndarray]]) -> dict[str, tuple[int, np.ndarray]]:
+    """The histograms added up per dtype: ``{dtype: (lowest bin, counts)}`` (the estimate is
+    linear in the counts, so one sum stands for all steps)."""
+    found = {}
+    for dtype in {d for d, _, c in hists if len(c)}:
+        mine = [(lo, c) for d, lo, c in hists if d == dtype and len(c)]
+        low = min(lo for lo, _ in mine)
+        total = np.zeros(max(lo + len(c) for lo, c in mine) - low, dtype=np.float64)
+        for lo, counts in mine:
+            total[lo - low : lo - low + len(counts)] += counts
+        found[dtype] = (low, total)
+    return found
+
+
 def best_scale(
     hists: list[tuple[str, int, np.ndarray]], format_name: str
 ) -> tuple[int, tuple[float, float], tuple[float, float]]:
@@ -233,24 +244,22 @@ def best_scale(
     minimises the estimated share lost by casting the values times 2**k to the format
     (the smallest |k| among equals)."""
     target = fmt.info(format_name)
-    lows = [lo for _, lo, c in hists if len(c)]
-    highs = [lo + len(c) - 1 for _, lo, c in hists if len(c)]
-    total = float(sum(c.sum() for _, _, c in hists))
-    if not lows or total == 0:
+    summed = _summed(hists)
+    total = float(sum(c.sum() for _, c in summed.values()))
+    if total == 0:
         return 0, (0.0, 0.0), (0.0, 0.0)
+    low = min(lo for lo, _ in summed.values())
+    high = max(lo + len(c) - 1 for lo, c in summed.values())
     # every shift from all values below the format to all above it, and no shift
-    low_k = min(target.min_exponent - max(highs) - 2, 0)
-    ks = np.arange(low_k, max(target.max_exponent - min(lows) + 2, 0) + 1)
+    low_k = min(target.min_exponent - high - 2, 0)
+    ks = np.arange(low_k, max(target.max_exponent - low + 2, 0) + 1)
     under, over = np.zeros(len(ks)), np.zeros(len(ks))
-    for dtype, lo, counts in hists:
-        if not len(counts):
-            continue
+    for dtype, (lo, counts) in summed.items():
         under_w, over_w = bin_weights(dtype, format_name)
-        lowest = fmt.info(dtype).min_exponent
-        index = lo + np.arange(len(counts))[None, :] + ks[:, None] - lowest
+        index = lo + np.arange(len(counts))[None, :] + ks[:, None] - fmt.info(dtype).min_exponent
         index = np.clip(index, 0, len(under_w) - 1)  # beyond the dtype: as its edge bins
-        under += (under_w[index] * counts).sum(axis=1)
-        over += (over_w[index] * counts).sum(axis=1)
+        under += under_w[index] @ counts
+        over += over_w[index] @ counts
     loss = under + over
     ties = np.flatnonzero(loss <= loss.min() * (1 + 1e-9) + 1e-9)
     best = int(ties[np.argmin(np.abs(ks[ties]))])
