@@ -136,6 +136,8 @@ def scale_findings(
     ``scale_steps`` recorded steps from its first such step. Shifting a tensor by 2**k
     shifts its bins by k; the loss of each shift is estimated by the dashboards' rule
     (``tandv_tb.cast_estimate``)."""
+    if not shares:
+        return []
     wanted: dict[tuple[int, str], np.ndarray] = {}  # (tensor, format) -> rows
     steps = numerics.unique_steps
     grid = np.unique(np.linspace(0, len(steps) - 1, thresholds.scale_steps).round())
