@@ -3,8 +3,7 @@
 Where a format was not recorded at tracking time, its under/overflow is estimated from the
 bins: a bin's values are taken as spread uniformly in ``log2|x|`` and the part beyond the
 exact cast thresholds (``formats.cast_thresholds``) is counted. The dashboards, ``read_frame``
-and the findings' ``scale`` estimate all use this rule (``tests/test_plugin_casts.py``
-checks it gives ``frame.format_split``'s counts).
+and the findings' ``scale`` estimate all use this rule.
 """
 
 from __future__ import annotations

@@ -56,11 +56,15 @@ class RunNumerics:
 
     def row_of(self, tag_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """The row of each (tag, step), -1 where there is none."""
+        every_row = np.array_equal(steps, self.steps) and np.array_equal(
+            tag_ids, self.tag_ids[self.tensor]
+        )
+        if every_row:  # the common case: all of them, in order
+            return np.arange(len(steps))
         tensors = np.searchsorted(self.tag_ids, tag_ids)
         known = tensors < len(self.tag_ids)
         known[known] = self.tag_ids[tensors[known]] == tag_ids[known]
-        unique = self.unique_steps
-        keys = self.tensor * len(unique) + np.searchsorted(unique, self.steps)
+        unique, keys = self._row_keys
         wanted = tensors * len(unique) + np.searchsorted(unique, steps)
         at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
         found = known & (at < len(keys))
@@ -69,9 +73,15 @@ class RunNumerics:
         return np.where(found, at, -1)
 
     @functools.cached_property
+    def _row_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every recorded step, and each row's (tensor, step) as one ascending integer."""
+        unique, rank = np.unique(self.steps, return_inverse=True)
+        return unique, self.tensor * len(unique) + rank
+
+    @property
     def unique_steps(self) -> np.ndarray:
         """Every step at which some tensor was recorded, ascending."""
-        return np.unique(self.steps)
+        return self._row_keys[0]
 
     def finite(self) -> np.ndarray:
         """The number of finite values of each row."""

@@ -107,9 +107,8 @@ def underflow_findings(
         for i in starts.tolist():
             g = int(numerics.tensor[fs.rows[i]])
             info, step = numerics.tensors[g], int(numerics.steps[fs.rows[i]])
-            mine = np.flatnonzero(tensors == g)
-            last = fs.under[mine[-1]]
-            last_step = int(numerics.steps[fs.rows[mine[-1]]])
+            last = int(np.searchsorted(tensors, g, side="right")) - 1  # tensors ascending
+            last_step = int(numerics.steps[fs.rows[last]])
             found.append(
                 Finding(
                     numerics.run,
@@ -121,7 +120,7 @@ def underflow_findings(
                     float(fs.under[i]),
                     f"{info.tensor_type} {info.name!r} loses {percent(fs.under[i])} of its "
                     f"non-zero values to zero in {fs.format} from step {step} "
-                    f"({percent(last)} at step {last_step})",
+                    f"({percent(fs.under[last])} at step {last_step})",
                 )
             )
     return found
