@@ -240,6 +240,8 @@ def test_dead_relu_layer(tmp_path):
     assert dead.loc[("Activation", "1"), "step"] == 0
     assert dead.loc[("Activation", "1"), "value"] == 8
     assert ("Activation", "0") not in dead.index
+    longer = tandv_tb.findings(tmp_path, dead_window=9, cache_dir=tmp_path.parent / "cache")
+    assert only(longer, "dead").empty  # 8 steps are not a window of 9
     assert only(frame, "loss_spike").empty  # no loss scalar: no spike, no error
 
 
@@ -288,6 +290,14 @@ def test_runs_identical_until_weights_perturbed_diverge_at_that_step(tmp_path):
     assert (row.tensor_type, row["name"]) == ("Activation", "2")
     assert row.value == pytest.approx(-3.0, abs=0.5)  # log2 rm2: a times 8 is 3 binades
     assert "'b'" in row.message
+    tolerant = tandv_tb.findings(
+        tmp_path, divergence_threshold=7.0, cache_dir=tmp_path.parent / "cache"
+    )
+    assert only(tolerant, "divergence").empty  # the largest difference: 64x, 6 binades
+    by_max = tandv_tb.findings(
+        tmp_path, divergence_metric="log2_max_abs", cache_dir=tmp_path.parent / "cache"
+    )
+    assert list(only(by_max, "divergence").step) == [k]
     alone = tandv_tb.findings(tmp_path, run="a", cache_dir=tmp_path.parent / "cache")
     assert only(alone, "divergence").empty
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import tandv_tb
 from tandv_tb import NumericsWriter
 from tests.plugin_helpers import TensorBoardApp
 
@@ -28,11 +29,16 @@ def _write(run_dir, nan_at: int | None, scale_from: int | None) -> None:
             writer.add_numerics(HOSTILE, hostile, step)
 
 
-@pytest.fixture(scope="module", params=["python", "rust"])
-def app(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("findings_route")
     _write(logdir / "a", nan_at=4, scale_from=None)
     _write(logdir / "b", nan_at=None, scale_from=PART)
+    return logdir
+
+
+@pytest.fixture(scope="module", params=["python", "rust"])
+def app(request, logdir):
     tb = TensorBoardApp(logdir, request.param)
     tb.wait_for(tags=4, max_step=STEPS - 1)
     yield tb
@@ -91,3 +97,11 @@ def test_bad_parameters(app, query, status):
     response = app.client.get("/data/plugin/tandv/findings" + query)
     assert response.status_code == status, response.get_data(as_text=True)
     assert "error" in response.get_json()
+
+
+def test_the_route_and_the_python_api_agree(app, logdir, tmp_path):
+    served = app.json("findings", run=["a", "b"])["findings"]
+    frame = tandv_tb.findings(logdir, cache_dir=tmp_path)
+    api = {tuple(row) for row in frame.drop(columns="value").itertuples(index=False)}
+    keys = ("run", "step", "kind", "severity", "tensor_type", "name", "message")
+    assert {tuple(f[k] for k in keys) for f in served} == api
