@@ -203,7 +203,11 @@ def test_gradient_underflows_in_float8_e5m2_and_a_scale_fixes_it(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
     grads = []
-    model[0].register_full_backward_hook(lambda m, gi, go: grads.append(go[0].numpy().copy()))
+
+    def keep_gradient(module, inputs, out) -> None:  # the gradient of layer 0's output
+        out.register_hook(lambda g: grads.append(g.numpy().copy()))
+
+    model[0].register_forward_hook(keep_gradient)
     train(
         model,
         tmp_path,
