@@ -35,5 +35,8 @@ setup(
             "werkzeug>=2",
         ],
     },
-    entry_points={"tensorboard_plugins": ["tandv = tandv_tb.plugin:NumericsLoader"]},
+    entry_points={
+        "tensorboard_plugins": ["tandv = tandv_tb.plugin:NumericsLoader"],
+        "console_scripts": ["tandv-tb = tandv_tb.diagnosis.cli:main"],
+    },
 )

@@ -2,7 +2,8 @@
 
 ``tandv_tb.torch.track`` and ``tandv_tb.jax.track`` are the trackers (imported on demand,
 so neither framework is needed for the other); ``NumericsWriter`` writes any tensor;
-``read_frame``/``write_frame`` are the pandas interop.
+``read_frame``/``write_frame`` are the pandas interop; ``findings`` names what went wrong
+(imported on first use: ``tandv_tb.diagnosis``).
 """
 
 from tandv_tb.frame import (
@@ -21,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DataWarning",
     "EstimateWarning",
+    "findings",
     "NumericsWriter",
     "SchemaError",
     "read_frame",
@@ -29,3 +31,11 @@ __all__ = [
     "validate",
     "write_frame",
 ]
+
+
+def __getattr__(name: str):
+    if name == "findings":  # the engine and its store (DuckDB) load only when used
+        from tandv_tb.diagnosis import findings
+
+        return findings
+    raise AttributeError(f"module 'tandv_tb' has no attribute {name!r}")

@@ -3,19 +3,19 @@
 A format recorded at tracking time is read as stored (exact). Casting to the tensor's own
 dtype changes nothing (exactly 0 and 0). Any other format is estimated from the exponent
 histogram with the rule of ``tandv_tb.frame`` (so the dashboards and ``read_frame`` give the
-same estimate), here as per-bin weights applied to all steps at once.
+same estimate), here as per-bin weights (``tandv_tb.cast_estimate.bin_weights``) applied to
+all steps at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 
 import numpy as np
 
 from tandv_tb import formats as fmt
 from tandv_tb import metadata
+from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.plugin.columns import LayerSeries
 
 
@@ -71,18 +71,3 @@ def _positions(lengths: np.ndarray) -> np.ndarray:
     """``0 .. length - 1`` for each length, concatenated."""
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
-
-
-@functools.cache
-def bin_weights(dtype: str, format_name: str) -> tuple[np.ndarray, np.ndarray]:
-    """The share of each bin of ``dtype`` (lowest first) that underflows / overflows in
-    ``format_name``, by ``tandv_tb.frame``'s estimate: a bin's values are taken as spread
-    uniformly in ``log2|x|`` and the part beyond the exact cast thresholds is counted.
-    ``tests/test_plugin_casts.py`` checks that this gives ``frame.format_split``'s counts."""
-    info = fmt.info(dtype)
-    thresholds = fmt.cast_thresholds(dtype, format_name)
-    n = np.arange(info.min_exponent, info.max_exponent + 1, dtype=np.float64)
-    under, over = thresholds.under_pos, thresholds.over_pos
-    under_part = np.clip(math.log2(under) - n, 0.0, 1.0) if under > 0 else np.zeros_like(n)
-    over_part = np.clip(n + 1 - math.log2(over), 0.0, 1.0) if math.isfinite(over) else 0 * n
-    return under_part, over_part

@@ -13,7 +13,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tandv_tb import metadata
-from tandv_tb.plugin import csv_views, views
+from tandv_tb.plugin import csv_views, findings_route, views
 from tandv_tb.plugin.params import NotFound, Params, RequestError
 from tandv_tb.plugin.responses import (
     JSON_TYPE,
@@ -49,6 +49,8 @@ CSV_ROUTES = {
     "series.csv": ("series", csv_views.series_csv),
     "scalars.csv": ("scalars", csv_views.scalars_csv),
 }
+#: The route over several runs (cached while none of them changes).
+FINDINGS_ROUTE = "findings"
 #: JSON routes whose body is mostly base64 (``responses.Matrix``): sent without gzip.
 UNCOMPRESSED_ROUTES = {"heatmap"}
 ES_MODULE_PATH = "/static/index.js"
@@ -71,6 +73,7 @@ class NumericsPlugin(base_plugin.TBPlugin):
         apps = {
             f"/{name}": self._app(self._answer, name) for name in {**RUN_ROUTES, **PLAIN_ROUTES}
         }
+        apps[f"/{FINDINGS_ROUTE}"] = self._app(self._answer, FINDINGS_ROUTE)
         apps.update({f"/{name}": self._app(self._answer, name) for name in CSV_ROUTES})
         apps["/static/*"] = self._app(self._static, "static")
         apps["/*"] = self._app(self._unknown, "unknown")
@@ -125,6 +128,13 @@ class NumericsPlugin(base_plugin.TBPlugin):
                 return to_csv(payload) if to_csv else dumps(payload)
 
             body = self._store.cached_result(key, fingerprint, build)
+        elif json_route == FINDINGS_ROUTE:
+            runs = findings_route.runs_of(query)
+            fingerprint = tuple(self._store.version(run) for run in runs)
+            key = (query.experiment_id, route, tuple(runs))
+            body = self._store.cached_result(
+                key, fingerprint, lambda: dumps(findings_route.findings(query, runs))
+            )
         else:
             payload = PLAIN_ROUTES[json_route](query)
             body = to_csv(payload) if to_csv else dumps(payload)

@@ -85,6 +85,10 @@ class NumericsStore:
             )
         return self._db
 
+    def numerics_db(self) -> NumericsDB:
+        """The store of every recorded step (404 without a local logdir)."""
+        return self._store()
+
     # -- listing ---------------------------------------------------------------------------
     def runs(self, ctx, experiment_id: str) -> dict[str, RunIndex]:
         return self.listing.runs(ctx, experiment_id)

@@ -1,0 +1,137 @@
+"""What every kind of finding shares: the ``Finding`` row, the thresholds and the
+execution order of tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+#: The columns of a finding, in the order of ``tandv_tb.findings``' DataFrame.
+COLUMNS = ("run", "step", "kind", "severity", "tensor_type", "name", "value", "message")
+#: Severities, most severe first; ``--fail-on`` compares by this rank.
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing that went wrong (or is worth knowing) in a run, at a step.
+
+    ``other_run`` is the second run of a ``divergence`` (empty otherwise): the plugin's
+    route serves it, the DataFrame keeps to the eight public columns."""
+
+    run: str
+    step: int
+    kind: str
+    severity: str
+    tensor_type: str = ""
+    name: str = ""
+    value: float = math.nan
+    message: str = ""
+    other_run: str = ""
+
+    def row(self) -> dict:
+        """The public columns as a dict (JSON-ready except for a NaN ``value``)."""
+        return {column: getattr(self, column) for column in COLUMNS}
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+def sort_key(finding: Finding) -> tuple:
+    """By run, then step; at one step the most severe first."""
+    return (finding.run, finding.step, severity_rank(finding.severity), finding.kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """Every threshold of the findings, with its default (``tandv_tb.findings`` takes each as
+    a keyword). Shares are fractions (0.05 = 5%); jumps are in binades (log2 units)."""
+
+    #: ``overflow`` is an error where more than this share of a tensor's finite values
+    #: overflows in a recorded format.
+    overflow_error: float = 1e-3
+    #: ``overflow`` is a warning above this share (0: any overflowing value).
+    overflow_warning: float = 0.0
+    #: ``underflow`` where more than this share of a tensor's finite non-zero values becomes
+    #: 0 in a recorded format.
+    underflow_share: float = 0.05
+    #: ... at this many consecutive recorded steps (one step of a tiny tensor is noise).
+    underflow_window: int = 3
+    #: ``scale`` estimates the loss over at most this many recorded steps of the tensor,
+    #: evenly spread from its first under/overflowing step (each one's exponent histogram).
+    scale_steps: int = 32
+    #: ``drift``: a step-to-step change of log2(max_abs) or log2(rm2) that is more than
+    #: ``drift_z`` robust deviations (1.4826 x the median absolute deviation) from the
+    #: tensor's median change ...
+    drift_z: float = 8.0
+    #: ... and at least this many binades (2: a factor of 4) ...
+    drift_min_binades: float = 2.0
+    #: ... in a tensor with at least this many step-to-step changes recorded before it.
+    drift_min_history: int = 8
+    #: ``dead``: every value 0 over at least this many consecutive recorded steps.
+    dead_window: int = 5
+    #: ``loss_spike``: the loss rises more than ``loss_spike_z`` robust deviations above the
+    #: median of its previous ``loss_window`` values ...
+    loss_spike_z: float = 6.0
+    #: ... and by more than this share of that median (0.25: +25%).
+    loss_spike_rise: float = 0.25
+    #: The number of previous loss values a spike is measured against.
+    loss_window: int = 20
+    #: A spike is linked to the first drift within this many steps before it.
+    loss_link_steps: int = 10
+    #: ``divergence``: the metric compared between runs (a statistic, such as ``rm2``, or
+    #: ``log2_`` and a statistic) ...
+    divergence_metric: str = "log2_rm2"
+    #: ... and the absolute difference that counts as parting (0.5 binade for log2 metrics).
+    divergence_threshold: float = 0.5
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.type == "str":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{field.name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{field.name} must be a finite number >= 0, got {value!r}")
+            if field.type == "int" and (value != int(value) or value < 1):
+                raise ValueError(f"{field.name} must be an integer >= 1, got {value!r}")
+        from tandv_tb.diagnosis.columns import check_metric
+
+        check_metric(self.divergence_metric)
+
+
+# -- execution order ---------------------------------------------------------------------
+_FORWARD = {"Input": 0, "Activation": 1}
+_BACKWARD = {"Gradient": 0, "Input_Gradient": 1}
+_AT_STEP = {"Weight_Gradient": 2, "Weight": 3}
+
+
+def execution_key(tensor_type: str, order: int, name: str) -> tuple:
+    """Where a tensor comes in one training step: inputs and activations in forward order
+    (a module's input before its output), gradients in backward order (descending ``order``,
+    the gradient of a module's output before that of its input), then weight gradients,
+    weights and optimizer state as read at ``step()``; unknown types last."""
+    if tensor_type in _FORWARD:
+        return (0, order, _FORWARD[tensor_type], name)
+    if tensor_type in _BACKWARD:
+        return (1, -order, _BACKWARD[tensor_type], name)
+    if tensor_type in _AT_STEP:
+        return (_AT_STEP[tensor_type], order, 0, name)
+    if tensor_type.startswith("Optimiser_State."):
+        return (4, order, 0, tensor_type + "\0" + name)
+    return (5, order, 0, tensor_type + "\0" + name)
+
+
+def percent(share: float) -> str:
+    """A share as a short percentage (``37%``, ``0.4%``, ``0.0012%``)."""
+    if share == 0:
+        return "0%"
+    value = 100 * share
+    return f"{value:.2g}%" if value < 10 else f"{value:.0f}%"
+
+
+def quoted(text: str) -> str:
+    """A name quoted for a message (``repr`` keeps control characters visible)."""
+    return repr(text)

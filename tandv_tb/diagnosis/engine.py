@@ -1,0 +1,47 @@
+"""Every finding of some runs of a store, kind after kind."""
+
+from __future__ import annotations
+
+from tandv_tb.diagnosis.base import Finding, Thresholds, sort_key
+from tandv_tb.diagnosis.columns import RunNumerics
+from tandv_tb.diagnosis.divergence import divergence_findings
+from tandv_tb.diagnosis.first_nonfinite import nonfinite_findings
+from tandv_tb.diagnosis.low_precision import (
+    format_shares,
+    overflow_findings,
+    scale_findings,
+    underflow_findings,
+)
+from tandv_tb.diagnosis.trends import (
+    dead_findings,
+    drift_findings,
+    find_drifts,
+    loss_spike_findings,
+)
+from tandv_tb.numerics_db import NumericsDB
+
+
+def run_findings(db: NumericsDB, numerics: RunNumerics, thresholds: Thresholds) -> list[Finding]:
+    """The findings of one run (all kinds but ``divergence``)."""
+    shares = format_shares(db, numerics)
+    drifts = find_drifts(numerics, thresholds)
+    return [
+        *nonfinite_findings(db.nonfinite(numerics.run), numerics),
+        *overflow_findings(numerics, shares, thresholds),
+        *underflow_findings(numerics, shares, thresholds),
+        *scale_findings(db, numerics, shares, thresholds),
+        *drift_findings(numerics, drifts),
+        *dead_findings(numerics, thresholds),
+        *loss_spike_findings(numerics, db.scalars(numerics.run), drifts, thresholds),
+    ]
+
+
+def diagnose(db: NumericsDB, runs: list[str], thresholds: Thresholds) -> list[Finding]:
+    """The findings of ``runs`` (each brought up to date first) and the ``divergence`` of
+    every pair of them, sorted by run, then step (the most severe first at one step)."""
+    extra = (thresholds.divergence_metric.removeprefix("log2_"),) if len(runs) > 1 else ()
+    numerics = [RunNumerics.read(db, run, extra) for run in runs]
+    found = [f for n in numerics for f in run_findings(db, n, thresholds)]
+    if len(numerics) > 1:
+        found += divergence_findings(numerics, thresholds)
+    return sorted(found, key=sort_key)

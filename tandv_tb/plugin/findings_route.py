@@ -1,0 +1,39 @@
+"""The ``findings`` route: what went wrong in the ticked runs, for the tab's Findings card.
+
+Computed by the findings engine (``tandv_tb.diagnosis``) over every recorded step, from the
+plugin's own store, with the default thresholds; ``divergence`` for every pair of the runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from tandv_tb.diagnosis.base import Thresholds, severity_rank
+from tandv_tb.diagnosis.engine import diagnose
+from tandv_tb.plugin.params import RequestError
+
+#: At most this many runs a request (their pairs are compared).
+MAX_RUNS = 64
+DEFAULTS = Thresholds()
+
+
+def runs_of(query) -> list[str]:
+    """The ``run`` parameters, each known to hold numerics (404 otherwise), sorted."""
+    runs = query.params.texts("run", required=True)
+    if len(runs) > MAX_RUNS:
+        raise RequestError(f"at most {MAX_RUNS} runs a request, got {len(runs)}")
+    for run in runs:
+        query.store.run(query.ctx, query.experiment_id, run)
+    return sorted(runs)
+
+
+def findings(query, runs: list[str]) -> dict:
+    found = diagnose(query.store.numerics_db(), runs, DEFAULTS)
+    found.sort(key=lambda f: (severity_rank(f.severity), f.run, f.step))
+    listed = []
+    for f in found:
+        row = {**f.row(), "other_run": f.other_run or None}
+        row["value"] = None if math.isnan(row["value"]) else row["value"]
+        listed.append(row)
+    return {"runs": runs, "findings": listed, "thresholds": dataclasses.asdict(DEFAULTS)}
