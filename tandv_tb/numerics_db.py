@@ -106,6 +106,10 @@ class Rows:
     vectors: tuple[np.ndarray, np.ndarray] | None = None  # (bytes uint8, offsets int64[N+1])
     _bounds: dict[int, tuple[int, int]] | None = dataclasses.field(default=None, repr=False)
 
+    def nbytes(self) -> int:
+        arrays = [self.tag_ids, self.steps, *self.columns.values()]
+        return sum(a.nbytes for a in arrays)
+
     def bounds(self, tag_id: int) -> tuple[int, int]:
         """The slice of one tag's rows (empty for a tag without rows)."""
         if self._bounds is None:

@@ -67,11 +67,13 @@ class NumericsStore:
         cache_dir: str | None = None,
         *,
         result_budget: int = 64 << 20,
+        column_budget: int = 256 << 20,
     ):
         self._provider = data_provider
         self.listing = Listing(data_provider)
         self._db = NumericsDB(logdir, cache_dir) if logdir and os.path.isdir(logdir) else None
         self._results = _LRU(result_budget, lambda item: _result_size(item[1]))
+        self._columns = _LRU(column_budget, lambda rows: rows.nbytes())
 
     def close(self) -> None:
         if self._db is not None:
@@ -117,7 +119,7 @@ class NumericsStore:
         ids = self._tag_ids(run, entries)
         present = [i for i, _ in ids if i is not None]
         columns = tuple(dict.fromkeys(("dtype_code", *needs.columns)))
-        rows = db.rows(run, present, columns)
+        rows = self._rows(run, present, columns)
         recorded, estimated = {}, []
         for entry, (tag_id, _) in zip(entries, ids):
             if tag_id is not None and needs.format is not None:
@@ -125,12 +127,35 @@ class NumericsStore:
                     recorded[tag_id] = entry.info.formats.index(needs.format)
                 else:
                     estimated.append(tag_id)
-        casts = db.casts(run, recorded) if recorded else None
+        casts = None
+        if recorded:
+            key = (run, self.version(run), "casts", tuple(sorted(recorded.items())))
+            casts = self._columns.get(key)
+            if casts is None:
+                casts = db.casts(run, recorded)
+                self._columns.put(key, casts)
         vectors = db.rows(run, estimated, (), vectors=True) if estimated and needs.bins else None
         found = []
         for entry, (tag_id, malformed) in zip(entries, ids):
             found.append(_layer(entry.info, tag_id, malformed, rows, casts, vectors, needs.format))
         return found
+
+    def _rows(self, run: str, tag_ids: list[int], columns: tuple[str, ...]) -> Rows:
+        """``numerics_db.rows``, each column read once per data version of the run and
+        kept (within ``column_budget``), so that another metric, column count, reduction or
+        window over the same layers reads only what it has not read yet."""
+        key = (run, self.version(run), tuple(tag_ids))
+        held = self._columns.get(key)
+        missing = [c for c in columns if held is None or c not in held.columns]
+        if missing:
+            found = self._store().rows(run, tag_ids, tuple(missing))
+            if held is not None and np.array_equal(held.steps, found.steps):
+                found.columns = {**held.columns, **found.columns}
+            elif held is not None:  # the records changed in between: read them all again
+                found = self._store().rows(run, tag_ids, columns)
+            self._columns.put(key, found)
+            held = found
+        return held
 
     def record(self, run: str, entry: TagEntry, step: int | None) -> tuple[int, NumericsRecord]:
         """The held step of ``entry`` nearest to ``step`` (the last when None; the earlier
