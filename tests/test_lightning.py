@@ -14,6 +14,7 @@ from torch import nn
 
 L = pytest.importorskip("lightning.pytorch")
 
+from tandv_tb import read_frame  # noqa: E402
 from tandv_tb.lightning import NumericsCallback  # noqa: E402
 from tandv_tb.torch import is_tracked, track  # noqa: E402
 from tests.trainer_helpers import event_files, numerics_steps, scalars  # noqa: E402
@@ -133,7 +134,7 @@ def test_numerics_at_global_steps_in_the_loggers_run_losses_unchanged(tmp_path):
     assert steps[("Optimiser_State.exp_avg", "net.0.weight")] == loss_steps
 
     # Each step covers both accumulated batches: 2 batches x 2 samples x 8 features.
-    frame = __import__("tandv_tb").read_frame(run_dir, run=".")
+    frame = read_frame(run_dir, run=".")
     meta = frame["metadata"]
     first = frame[(meta["name"] == "net.0") & (meta["tensor_type"] == "Activation")]
     assert first[("scalar_stats", "numel")].tolist() == [2 * BATCH * HIDDEN] * 6
@@ -202,9 +203,9 @@ def test_bad_options_fail_at_construction_with_the_trackers_messages(tmp_path):
 
 def test_a_model_tracked_already_is_a_clear_error(tmp_path):
     model = Regression()
-    with track(model.net, logdir=tmp_path / "own"):
-        with pytest.raises(RuntimeError, match="already tracked by another tandv_tb tracker"):
-            fit(tmp_path, model, [NumericsCallback()])
+    refused = pytest.raises(RuntimeError, match="already tracked by another tandv_tb tracker")
+    with track(model.net, logdir=tmp_path / "own"), refused:
+        fit(tmp_path, model, [NumericsCallback()])
     assert not is_tracked(model)
 
 
@@ -219,7 +220,8 @@ def test_no_optimizer_or_validation_only_records_nothing_and_warns_once(tmp_path
         run.validate(Regression(), data())
         run.validate(Regression(), data())
     ours = [w for w in caught if "tandv_tb" in str(w.message)]
-    assert len(ours) == 1 and "validate, test and predict record no numerics" in str(ours[0].message)
+    assert len(ours) == 1
+    assert "validate, test and predict record no numerics" in str(ours[0].message)
     for folder in (tmp_path / "no_optimizer", tmp_path / "validate"):
         assert not list(folder.rglob("*.tandv"))
         for events in folder.rglob("events.out.tfevents.*"):
