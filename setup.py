@@ -25,11 +25,15 @@ setup(
     extras_require={
         "torch": ["torch>=2.1"],
         "jax": ["jax>=0.4.30", "flax>=0.8", "optax>=0.2"],
+        "lightning": ["lightning>=2.0"],
+        "transformers": ["transformers>=4.41", "accelerate>=1.1"],
         "test": [
             "pytest>=8",
             "pytest-timeout>=2",
             "hypothesis>=6",
+            "ipython>=8",
             "playwright>=1.40",
+            "pytorch-lightning>=2.0",
             "ruff>=0.5",
             "tensorboardX>=2.6",
             "werkzeug>=2",
