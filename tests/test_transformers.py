@@ -172,3 +172,36 @@ def test_evaluation_alone_records_nothing_and_warns_once(tmp_path):
     ours = [w for w in caught if "tandv_tb" in str(w.message)]
     assert len(ours) == 1 and "evaluate and predict record no numerics" in str(ours[0].message)
     assert not list(tmp_path.rglob("*.tandv"))
+
+
+class FailingTrainer(LossKeepingTrainer):
+    """Raises in its second step."""
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        if len(self.losses) == 1:
+            raise RuntimeError("the model broke")
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+def test_a_train_that_raises_leaves_the_tracker_to_the_next_train_or_close(tmp_path):
+    callback = NumericsCallback()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    failing = FailingTrainer(model=gpt2(), args=args, train_dataset=Tokens(), callbacks=[callback])
+    failing.losses = []
+    with pytest.raises(RuntimeError, match="the model broke"):
+        failing.train()
+    # No Trainer event follows an exception: the tracker stays until the next train().
+    assert callback.tracker is not None and is_tracked(failing.model)
+    trainer = LossKeepingTrainer(
+        model=failing.model, args=args, train_dataset=Tokens(), callbacks=[callback]
+    )
+    trainer.losses = []
+    trainer.train()  # no "already tracked" error: the callback closed its own tracker
+    assert callback.tracker is None and not is_tracked(trainer.model)
