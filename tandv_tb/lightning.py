@@ -50,7 +50,9 @@ class NumericsCallback(Callback):
       ``global_step`` too). Where one batch steps several optimizers (manual
       optimization), it is one tracked step, and ``global_step`` (which counts every
       optimizer's steps) moves on by their number; the optimizer state recorded is the
-      first optimizer's.
+      first optimizer's. ``every=n`` tracks steps 0, n, 2n, ...; Lightning's
+      ``log_every_n_steps=n`` logs at steps n-1, 2n-1, ... (log every step to see the loss
+      at each tracked step).
     - **Where**: with a ``TensorBoardLogger`` the numerics go through its writer into its
       run (``lightning_logs/version_N``), beside the logged scalars, so the Numerics tab
       puts the loss beside them; otherwise into ``trainer.log_dir``.

@@ -59,7 +59,8 @@ class NumericsCallback(TrainerCallback):
       is once that optimizer step is done: the step the Trainer logs its loss at (1, 2,
       ...). With ``gradient_accumulation_steps=k`` a step covers its ``k`` micro-batches.
       The step ends right after ``optimizer.step()``, before the Trainer zeroes the
-      gradients, so weight gradients are recorded.
+      gradients, so weight gradients are recorded. ``every=n`` tracks steps n, 2n, ...,
+      the steps ``logging_steps=n`` logs the loss at.
     - **Where**: with ``report_to`` including ``"tensorboard"``, into the run folder of the
       Trainer's own TensorBoard scalars (see ``tensorboard_run``), beside the loss;
       otherwise into ``<output_dir>/runs/<date>_<host>``.

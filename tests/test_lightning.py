@@ -5,6 +5,8 @@ optimization, the logger's run, unchanged losses, bad input, and the older
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -20,6 +22,8 @@ from tandv_tb.torch import is_tracked, track  # noqa: E402
 from tests.trainer_helpers import event_files, numerics_steps, scalars  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BATCH = 2
 FEATURES = 4
@@ -238,3 +242,37 @@ def test_a_fit_that_raises_detaches_the_tracker(tmp_path):
     # Steps 0 and 1 (batches 0-3) were written; the failed step 2 (batch 4 of 4-5) is not.
     assert numerics_steps(run.logger.log_dir)[("Activation", "net.0")] == [0, 1]
     fit(tmp_path / "again", model, [callback], max_steps=1)  # the callback can fit again
+
+
+def test_only_the_older_package_installed(tmp_path):
+    """With ``lightning`` missing, the callback is a ``pytorch_lightning.Callback``."""
+    pytest.importorskip("pytorch_lightning")
+    code = f"""
+import sys
+sys.modules["lightning"] = None  # as if not installed
+import pytorch_lightning as pl
+import torch
+from tandv_tb.lightning import NumericsCallback
+from tests.trainer_helpers import numerics_steps
+
+assert issubclass(NumericsCallback, pl.Callback)
+assert not any(name.split(".")[0] == "lightning" for name in sys.modules if sys.modules[name])
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+    def training_step(self, batch, batch_idx):
+        return (self.net(batch[0]) - batch[1]).pow(2).mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=1e-2)
+
+trainer = pl.Trainer(max_steps=2, logger=pl.loggers.TensorBoardLogger({str(tmp_path)!r}),
+                     callbacks=[NumericsCallback()], enable_progress_bar=False,
+                     enable_checkpointing=False, enable_model_summary=False)
+x = torch.randn(8, 4)
+trainer.fit(Model(), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x), 2))
+assert numerics_steps(trainer.logger.log_dir)[("Weight", "net.weight")] == [0, 1]
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
