@@ -156,7 +156,8 @@ def test_bad_options_and_a_tracked_model_fail_clearly(tmp_path):
         trainer.train()
 
 
-def test_evaluation_alone_records_nothing_and_warns_once(tmp_path):
+def test_evaluation_alone_records_nothing_and_warns_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # without train(), the TensorBoard callback writes to ./runs
     trainer = transformers.Trainer(
         model=gpt2(),
         args=transformers.TrainingArguments(
