@@ -10,7 +10,7 @@ include frontend.mk
 
 $(INSTALLED): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e ".[torch,jax,test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[torch,jax,lightning,transformers,test]"
 	touch $@
 
 demo: $(INSTALLED)

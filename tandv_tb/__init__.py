@@ -1,7 +1,9 @@
 """tandv_tb: numerics of neural-network training in TensorBoard.
 
 ``tandv_tb.torch.track`` and ``tandv_tb.jax.track`` are the trackers (imported on demand,
-so neither framework is needed for the other); ``NumericsWriter`` writes any tensor;
+so neither framework is needed for the other); ``tandv_tb.lightning`` and
+``tandv_tb.transformers`` hold ``NumericsCallback`` for Lightning's and Hugging Face's
+trainers (imported on demand too); ``NumericsWriter`` writes any tensor;
 ``read_frame``/``write_frame`` are the pandas interop; ``findings`` names what went wrong
 (imported on first use: ``tandv_tb.diagnosis``).
 """

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pathlib
 import re
 
+from tandv_tb import read_frame
+from tests.trainer_helpers import scalars
+
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -25,3 +28,9 @@ def test_readme_code_blocks_run(tmp_path, monkeypatch):
         except Exception as error:  # name the block that failed
             raise AssertionError(f"README.md python block {index} failed: {error!r}") from error
     assert any((tmp_path / "runs").iterdir())
+    # The trainer quickstarts' numerics lie in the run of their loss.
+    lightning = read_frame(tmp_path / "runs" / "lightning", run="version_0")
+    assert set(lightning["metadata", "step"]) == {0, 5}
+    assert set(scalars(tmp_path / "runs" / "lightning" / "version_0", "train_loss")) >= {0, 5}
+    (hf_run,) = (tmp_path / "hf_out" / "runs").iterdir()
+    assert set(read_frame(hf_run, run=".")["metadata", "step"]) == {5, 10}

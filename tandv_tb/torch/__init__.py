@@ -8,6 +8,6 @@ gradients), ``parameters`` (weights, weight gradients, optimizer state), ``recor
 """
 
 from tandv_tb.torch.skips import UntrackableTensorWarning
-from tandv_tb.torch.tracker import Tracker, track
+from tandv_tb.torch.tracker import Tracker, is_tracked, track
 
-__all__ = ["Tracker", "UntrackableTensorWarning", "track"]
+__all__ = ["Tracker", "UntrackableTensorWarning", "is_tracked", "track"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -26,6 +27,15 @@ from tandv_tb.tracking import (
     is_tracked_step,
 )
 from tandv_tb.writer import NumericsWriter, RecordItem
+
+#: Modules that open trackers hook, with how many trackers hook each.
+_HOOKED: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
+def is_tracked(module: nn.Module) -> bool:
+    """Whether a tracker not yet closed records ``module``, a module inside it, or a module
+    that holds it (for callbacks that must not track a model twice)."""
+    return any(m in _HOOKED for m in module.modules())
 
 
 class Tracker:
@@ -99,6 +109,9 @@ class Tracker:
             only_training=only_training,
             watch=self._watch,
         )
+        self._modules = list(module.modules())
+        for hooked in self._modules:
+            _HOOKED[hooked] = _HOOKED.get(hooked, 0) + 1
 
     @property
     def current_step(self) -> int:
@@ -110,23 +123,31 @@ class Tracker:
         """Where this process writes (``None`` on ranks that do not write)."""
         return None if self._writer is None else self._writer.logdir
 
-    def step(self) -> None:
+    def step(self, next_step: int | None = None) -> None:
         """End the current training step: call it once per step, after ``optimizer.step()``.
 
         On a tracked step this reads the weights and optimizer state, brings the step's
         statistics to the host in one transfer (one collective when distributed), and
         writes one record per tracked tensor. With the watch, any step holding NaN/Inf
         writes its non-finite tensors, and the step after the first of such steps is
-        tracked.
+        tracked. The next step is numbered ``next_step`` (larger than ``current_step``;
+        default ``current_step + 1``), so that a trainer whose step counter jumps keeps the
+        tracker's numbers equal to its own.
         """
         if self._closed:
             raise RuntimeError("this tracker is closed")
+        if next_step is None:
+            next_step = self._step + 1
+        elif isinstance(next_step, bool) or not isinstance(next_step, int):
+            raise TypeError(f"next_step must be an int, got {next_step!r}")
+        elif next_step <= self._step:
+            raise ValueError(f"next_step must be > current_step ({self._step}), got {next_step}")
         self._hooks.end_step()
         if self._active:
             tripped = self._finish_step()
         else:
             tripped = self._watch is not None and self._watched_step()
-        self._step += 1
+        self._step = next_step
         onset = tripped and not self._tripped
         self._tripped = tripped
         self._active = onset or is_tracked_step(self._step, self._every)
@@ -198,6 +219,11 @@ class Tracker:
             return
         self._closed = True
         self._hooks.remove()
+        for hooked in self._modules:
+            if _HOOKED.get(hooked, 0) > 1:
+                _HOOKED[hooked] -= 1
+            else:
+                _HOOKED.pop(hooked, None)
         try:
             if keep_pending and self._combiner is None and len(self._recorder.buffer):
                 self._finish_step()
