@@ -9,8 +9,10 @@ import torch
 from torch import nn
 
 from tandv_tb.stats.engine import check_formats
+from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.distributed import RankCombiner, is_distributed
 from tandv_tb.torch.hooks import ModuleHooks
+from tandv_tb.torch.inputs import InputHooks
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.reduce import fetch_merged
@@ -43,6 +45,7 @@ class Tracker:
         track_gradients: bool,
         track_weights: bool,
         track_optimizer: bool,
+        track_inputs: bool,
         formats: Sequence[str],
         only_training: bool,
         init_step: int,
@@ -76,9 +79,8 @@ class Tracker:
             self._writer = NumericsWriter(
                 None if writer is not None else logdir, writer=writer, formats=formats
             )
-        self._recorder = Recorder(
-            formats, SkipLog(UntrackableTensorWarning), replicated=self._writer is not None
-        )
+        skips = SkipLog(UntrackableTensorWarning)
+        self._recorder = Recorder(formats, skips, replicated=self._writer is not None)
         self._parameters = Parameters(module, optimizer)
         self._active = is_tracked_step(self._step, self._every)
         self._closed = False
@@ -91,6 +93,19 @@ class Tracker:
             gradients=track_gradients,
             only_training=only_training,
         )
+        self._inputs = None
+        if track_inputs:
+            self._inputs = InputHooks(
+                module,
+                self._recorder,
+                self._hooks.orders,
+                active=lambda: self._active,
+                selected=self._selected,
+                gradients=track_gradients,
+                only_training=only_training,
+            )
+        self._attachments = Attachments(module, self._hooks.record_tensor, skips, only_training)
+        self._attachments.set_active(self._active)
 
     @property
     def current_step(self) -> int:
@@ -113,9 +128,12 @@ class Tracker:
             raise RuntimeError("this tracker is closed")
         if self._active:
             self._hooks.end_step()
+            if self._inputs is not None:
+                self._inputs.end_step()
             self._finish_step()
         self._step += 1
         self._active = is_tracked_step(self._step, self._every)
+        self._attachments.set_active(self._active)
 
     def _finish_step(self) -> None:
         if self._track_weights or self._track_optimizer:
@@ -159,6 +177,9 @@ class Tracker:
             return
         self._closed = True
         self._hooks.remove()
+        self._attachments.set_active(False)
+        if self._inputs is not None:
+            self._inputs.remove()
         try:
             if keep_pending and self._combiner is None and len(self._recorder.buffer):
                 self._finish_step()
@@ -192,6 +213,7 @@ def track(
     track_gradients: bool = True,
     track_weights: bool = True,
     track_optimizer: bool = True,
+    track_inputs: bool = False,
     formats: Sequence[str] = (),
     only_training: bool = True,
     init_step: int = 0,
@@ -212,11 +234,14 @@ def track(
     their number): ``Activation`` (every module's output, each tensor of a tuple/list/dict
     output), ``Gradient`` (the loss's gradient w.r.t. those outputs), ``Weight`` and
     ``Weight_Gradient`` of every parameter and ``Optimiser_State.<key>`` of every tensor in
-    the optimizer's state, read at ``step()``. ``include``/``exclude`` are regular
-    expressions searched in every name; ``formats`` are the low-precision formats whose
-    under/overflow is counted exactly; ``only_training`` skips modules in eval mode.
-    ``writer`` is a user's ``SummaryWriter`` (torch or tensorboardX) to write into instead
-    of ``logdir``.
+    the optimizer's state, read at ``step()``. With ``track_inputs=True`` also ``Input``
+    (every tensor given to a module, positional or keyword, named as outputs are; float
+    tensors only) and ``Input_Gradient`` (the loss's gradient w.r.t. such a tensor, over
+    all its uses). ``tandv_tb.torch.attach`` inside a forward adds any tensor.
+    ``include``/``exclude`` are regular expressions searched in every name; ``formats`` are
+    the low-precision formats whose under/overflow is counted exactly; ``only_training``
+    skips modules in eval mode. ``writer`` is a user's ``SummaryWriter`` (torch or
+    tensorboardX) to write into instead of ``logdir``.
 
     Distributed (``torch.distributed`` initialised, more than one rank): the statistics of
     each tensor are combined across ranks in one collective per tracked step, so
