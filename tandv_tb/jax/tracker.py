@@ -17,6 +17,7 @@ from tandv_tb.tracking import Patterns, Selection, SkipLog, check_every, default
 from tandv_tb.writer import NumericsWriter, RecordItem
 
 MODULE_OUTPUTS = ("Activation", "Gradient")
+MODULE_INPUTS = ("Input", "Input_Gradient")
 _GIVEN = object()  # a pytree was given to track()
 
 
@@ -41,6 +42,7 @@ class Tracker:
         include: Patterns,
         exclude: Patterns,
         track_gradients: bool,
+        track_inputs: bool,
         formats: Sequence[str],
         init_step: int,
     ) -> None:
@@ -50,7 +52,11 @@ class Tracker:
         formats = check_formats(formats)
         selected = Selection(include, exclude)
         self._config = Config(
-            formats, selected, bool(track_gradients), SkipLog(UntrackableArrayWarning)
+            formats,
+            selected,
+            bool(track_gradients),
+            SkipLog(UntrackableArrayWarning),
+            inputs=bool(track_inputs),
         )
         if writer is None:
             logdir = default_logdir() if logdir is None else os.fspath(logdir)
@@ -197,16 +203,16 @@ class Tracker:
 
     def _write(self) -> None:
         records = self._results.drain()
-        outputs = [r for r in records if r.tensor_type in MODULE_OUTPUTS]
-        for record in outputs:
-            self._orders.module(record.name)
+        in_forward = [r for r in records if r.tensor_type in MODULE_OUTPUTS + MODULE_INPUTS]
+        for record in in_forward:
+            self._orders.module(_order_key(record))
         parameters = self._orders.parameters(
-            r.name for r in records if r.tensor_type not in MODULE_OUTPUTS
+            r.name for r in records if r.tensor_type not in MODULE_OUTPUTS + MODULE_INPUTS
         )
         items = []
         for record in records:
-            if record.tensor_type in MODULE_OUTPUTS:
-                order = self._orders.module(record.name)
+            if record.tensor_type in MODULE_OUTPUTS + MODULE_INPUTS:
+                order = self._orders.module(_order_key(record))
             else:
                 order = parameters[record.name]
             items.append(
@@ -247,6 +253,11 @@ class Tracker:
         self._end(keep_pending=exc_type is None)
 
 
+def _order_key(record: Item) -> str | tuple[str, str]:
+    """Outputs (and attached arrays) by name; inputs apart, where their module starts."""
+    return ("Input", record.name) if record.tensor_type in MODULE_INPUTS else record.name
+
+
 def _is_train_state(state: object) -> bool:
     """Whether ``state`` is a ``flax.training.train_state.TrainState`` (or alike)."""
     return all(hasattr(state, a) for a in ("params", "opt_state", "apply_fn", "tx"))
@@ -261,6 +272,7 @@ def track(
     include: Patterns = None,
     exclude: Patterns = None,
     track_gradients: bool = True,
+    track_inputs: bool = False,
     formats: Sequence[str] = (),
     writer: object = None,
     init_step: int = 0,
@@ -284,7 +296,12 @@ def track(
     NNX modules and optimizers given here; a Flax ``TrainState`` as ``model_state`` gives
     both its ``params`` and its ``opt_state``). ``include``/``exclude`` are regular expressions
     searched in names; ``formats`` are the low-precision formats whose under/overflow is
-    counted exactly; ``track_gradients=False`` skips both kinds of gradient. ``writer`` is a
+    counted exactly; ``track_gradients=False`` skips every kind of gradient. With
+    ``track_inputs=True`` also ``Input`` (every array given to a module call, positional or
+    keyword, named as outputs are; float arrays only) and ``Input_Gradient`` (its cotangent
+    through that call: JAX arrays have no identity, so unlike PyTorch's this covers the
+    module's own use of the array, which is ``jax.grad`` of the loss w.r.t. it when the
+    module is its only user). ``tandv_tb.jax.attach`` adds any array. ``writer`` is a
     user's ``SummaryWriter`` (torch or tensorboardX) to write into instead of ``logdir``.
     """
     options = dict(locals())
