@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
+import jax
+
 from tandv_tb.jax import kernels, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
@@ -60,9 +62,11 @@ class Tracker:
         )
         if writer is None:
             logdir = default_logdir() if logdir is None else os.fspath(logdir)
-        self._writer = NumericsWriter(
-            None if writer is not None else logdir, writer=writer, formats=formats
-        )
+        self._writer = None  # under jax.distributed, process 0 alone writes
+        if jax.process_index() == 0:
+            self._writer = NumericsWriter(
+                None if writer is not None else logdir, writer=writer, formats=formats
+            )
         # NNX objects are read again at each step; of a pytree only the fact that one was
         # given is kept (holding it would keep a copy of the model alive).
         self._model_state = _kept(model_state)
@@ -80,9 +84,9 @@ class Tracker:
         return self._step
 
     @property
-    def logdir(self) -> str:
-        """The directory of the event file written to."""
-        return self._writer.logdir
+    def logdir(self) -> str | None:
+        """The directory of the event file written to (``None`` in processes other than 0)."""
+        return None if self._writer is None else self._writer.logdir
 
     @property
     def _active(self) -> bool:
@@ -224,11 +228,13 @@ class Tracker:
                     order,
                 )
             )
-        self._writer.add_records(self._step, items)
+        if self._writer is not None:
+            self._writer.add_records(self._step, items)
 
     def flush(self) -> None:
         """Write everything recorded so far to disk."""
-        self._writer.flush()
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
         """Write what the current step has recorded (without ``step()``), flush and close.
@@ -244,7 +250,8 @@ class Tracker:
                 self._write()
         finally:
             self._results = StepResults()
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
 
     def __enter__(self) -> Tracker:
         return self
@@ -303,6 +310,10 @@ def track(
     module's own use of the array, which is ``jax.grad`` of the loss w.r.t. it when the
     module is its only user). ``tandv_tb.jax.attach`` adds any array. ``writer`` is a
     user's ``SummaryWriter`` (torch or tensorboardX) to write into instead of ``logdir``.
+
+    Under ``jax.distributed`` every process calls ``track``, ``intercept`` and ``step`` alike
+    (the statistics of a global array are computed by a program all processes run, so they
+    describe the whole array); process 0 alone writes.
     """
     options = dict(locals())
     return Tracker(options.pop("model_state"), options.pop("optimizer_state"), **options)
