@@ -8,10 +8,14 @@ of 10 steps, one of them tracked, median over windows); and a floor (a plain ste
 ``sum()`` over every tensor that full tracking reads), each as a ratio to plain, all in one
 run, the variants interleaved in rounds.
 
+``--track-inputs`` adds a variant tracking every step with ``track_inputs=True`` (module
+inputs and their gradients as well), interleaved with the others.
+
 ``--memory`` also trains a small model for 2,000 tracked steps and prints the resident
 memory after 100 and after 2,000 steps (the tracker must keep nothing across steps).
 
-Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--memory]``
+Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--track-inputs]
+[--memory]``
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from tandv_tb.torch import track  # noqa: E402
 from tests.test_torch_support import GPT, gpt_loss  # noqa: E402
 
 FLOOR = "floor (plain + one sum per tensor)"
+INPUTS = "track every step, track_inputs=True"
 VARIANTS = ("plain", "track every step", "track every=10", FLOOR)
 VOCAB, WIDTH, HEADS, HIDDEN, DEPTH, LENGTH, BATCH = 512, 256, 4, 1024, 4, 128, 16
 
@@ -97,12 +102,12 @@ def floor_hooks(model: nn.Module, optimizer: torch.optim.Optimizer):
             handle.remove()
 
 
-def overhead(rounds: int, steps: int) -> dict[str, float]:
+def overhead(rounds: int, steps: int, inputs: bool = False) -> dict[str, float]:
     """Median step time of each variant, run in interleaved rounds (so that a machine
     whose load drifts slows every variant alike); ``every=10`` is timed over whole
-    windows of 10 steps, one of them tracked."""
+    windows of 10 steps, one of them tracked. ``inputs`` adds the ``INPUTS`` variant."""
     model, optimizer = make_model()
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS + (INPUTS,) * inputs}
 
     def train() -> None:
         train_step(model, optimizer)
@@ -120,6 +125,10 @@ def overhead(rounds: int, steps: int) -> dict[str, float]:
                 times["track every=10"].append(sum(window) / len(window))
             with floor_hooks(model, optimizer) as at_step:
                 times[FLOOR] += timed(lambda: (train(), at_step()), steps)
+            if inputs:
+                run = f"{logdir}/inputs{round_}"
+                with track(model, logdir=run, optimizer=optimizer, track_inputs=True) as tracker:
+                    times[INPUTS] += timed(lambda: (train(), tracker.step()), steps)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -157,13 +166,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant a round")
     parser.add_argument("--memory", action="store_true", help="also measure memory")
+    parser.add_argument(
+        "--track-inputs", action="store_true", help="also time tracking with track_inputs=True"
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.steps} steps (every=10: of 10 steps)"
     )
-    results = overhead(args.rounds, args.steps)
+    results = overhead(args.rounds, args.steps, args.track_inputs)
     plain = results["plain"]
     for name, seconds in results.items():
         print(f"{name:40s} {seconds * 1000:9.1f} ms  {seconds / plain:6.2f}x")
