@@ -18,7 +18,16 @@ import jax
 from tandv_tb.jax.collector import Collector
 from tandv_tb.jax.skips import Verdict, untrackable
 
-_local = threading.local()
+
+class _State(threading.local):
+    """This thread's collector and module stack (class defaults: reading them outside
+    ``intercept`` costs no exception)."""
+
+    collector: Collector | None = None
+    scopes: list[str] | None = None
+
+
+_local = _State()
 
 #: The name of an array attached with an empty name outside any module.
 EMPTY_NAME = "(empty name)"
@@ -36,7 +45,7 @@ def attach(x: jax.Array, name: str) -> jax.Array:
     tracked ``intercept`` it does nothing. Non-arrays and integer arrays are skipped with one
     warning per name; ``attach`` never raises.
     """
-    collector = getattr(_local, "collector", None)
+    collector = _local.collector
     if collector is None:
         return x
     scopes = _local.scopes
@@ -61,7 +70,7 @@ def attach(x: jax.Array, name: str) -> jax.Array:
 @contextlib.contextmanager
 def collecting(collector: Collector) -> Iterator[None]:
     """Send ``attach`` calls of this thread to ``collector`` while the context runs."""
-    previous = getattr(_local, "collector", None), getattr(_local, "scopes", [])
+    previous = _local.collector, _local.scopes
     _local.collector, _local.scopes = collector, []
     try:
         yield
@@ -72,8 +81,8 @@ def collecting(collector: Collector) -> Iterator[None]:
 @contextlib.contextmanager
 def module_scope(name: str) -> Iterator[None]:
     """Name what is attached in this context after the module ``name``."""
-    scopes = getattr(_local, "scopes", None)
-    if getattr(_local, "collector", None) is None or scopes is None:
+    scopes = _local.scopes
+    if _local.collector is None or scopes is None:
         yield
         return
     scopes.append(name)
