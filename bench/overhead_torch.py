@@ -8,8 +8,10 @@ of 10 steps, one of them tracked, median over windows); and a floor (a plain ste
 ``sum()`` over every tensor that full tracking reads), each as a ratio to plain, all in one
 run, the variants interleaved in rounds.
 
-``--track-inputs`` adds a variant tracking every step with ``track_inputs=True`` (module
-inputs and their gradients as well), interleaved with the others.
+``--track-inputs`` instead compares, step by step, plain training, tracking and tracking
+with ``track_inputs=True`` (module inputs and their gradients as well): two trackers with
+``every=3`` and offsets take turns, so consecutive steps are plain, tracked, tracked with
+inputs, plain, ... (on a loaded machine whose speed drifts, the finest interleaving).
 
 ``--memory`` also trains a small model for 2,000 tracked steps and prints the resident
 memory after 100 and after 2,000 steps (the tracker must keep nothing across steps).
@@ -38,7 +40,6 @@ from tandv_tb.torch import track  # noqa: E402
 from tests.test_torch_support import GPT, gpt_loss  # noqa: E402
 
 FLOOR = "floor (plain + one sum per tensor)"
-INPUTS = "track every step, track_inputs=True"
 VARIANTS = ("plain", "track every step", "track every=10", FLOOR)
 VOCAB, WIDTH, HEADS, HIDDEN, DEPTH, LENGTH, BATCH = 512, 256, 4, 1024, 4, 128, 16
 
@@ -102,12 +103,12 @@ def floor_hooks(model: nn.Module, optimizer: torch.optim.Optimizer):
             handle.remove()
 
 
-def overhead(rounds: int, steps: int, inputs: bool = False) -> dict[str, float]:
+def overhead(rounds: int, steps: int) -> dict[str, float]:
     """Median step time of each variant, run in interleaved rounds (so that a machine
     whose load drifts slows every variant alike); ``every=10`` is timed over whole
-    windows of 10 steps, one of them tracked. ``inputs`` adds the ``INPUTS`` variant."""
+    windows of 10 steps, one of them tracked."""
     model, optimizer = make_model()
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS + (INPUTS,) * inputs}
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
 
     def train() -> None:
         train_step(model, optimizer)
@@ -125,10 +126,32 @@ def overhead(rounds: int, steps: int, inputs: bool = False) -> dict[str, float]:
                 times["track every=10"].append(sum(window) / len(window))
             with floor_hooks(model, optimizer) as at_step:
                 times[FLOOR] += timed(lambda: (train(), at_step()), steps)
-            if inputs:
-                run = f"{logdir}/inputs{round_}"
-                with track(model, logdir=run, optimizer=optimizer, track_inputs=True) as tracker:
-                    times[INPUTS] += timed(lambda: (train(), tracker.step()), steps)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def inputs_overhead(rounds: int, steps: int) -> dict[str, float]:
+    """Median step time of plain steps, tracked steps and steps tracked with
+    ``track_inputs=True``, taking turns step by step (``rounds * steps`` of each)."""
+    model, optimizer = make_model()
+    kinds = ("plain", "track every step", "track every step, track_inputs=True")
+    times: dict[str, list[float]] = {name: [] for name in kinds}
+    for _ in range(3):
+        train_step(model, optimizer)
+    with (
+        tempfile.TemporaryDirectory() as logdir,
+        # Steps 0, 3, 6, ... are tracked by the first, 1, 4, 7, ... by the second.
+        track(model, logdir=f"{logdir}/a", optimizer=optimizer, every=3) as outputs,
+        track(
+            model, logdir=f"{logdir}/b", optimizer=optimizer, every=3, init_step=2,
+            track_inputs=True,
+        ) as inputs,
+    ):  # fmt: skip
+        for step in range(3 * rounds * steps):
+            start = time.perf_counter()
+            train_step(model, optimizer)
+            outputs.step()
+            inputs.step()
+            times[kinds[(step + 1) % 3]].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -175,7 +198,10 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.steps} steps (every=10: of 10 steps)"
     )
-    results = overhead(args.rounds, args.steps, args.track_inputs)
+    if args.track_inputs:
+        results = inputs_overhead(args.rounds, args.steps)
+    else:
+        results = overhead(args.rounds, args.steps)
     plain = results["plain"]
     for name, seconds in results.items():
         print(f"{name:40s} {seconds * 1000:9.1f} ms  {seconds / plain:6.2f}x")
