@@ -8,10 +8,16 @@ of 10 steps, one of them tracked, median over windows); and a floor (a plain ste
 ``sum()`` over every tensor that full tracking reads), each as a ratio to plain, all in one
 run, the variants interleaved in rounds.
 
+``--track-inputs`` instead compares, step by step, plain training, tracking and tracking
+with ``track_inputs=True`` (module inputs and their gradients as well): two trackers with
+``every=3`` and offsets take turns, so consecutive steps are plain, tracked, tracked with
+inputs, plain, ... (on a loaded machine whose speed drifts, the finest interleaving).
+
 ``--memory`` also trains a small model for 2,000 tracked steps and prints the resident
 memory after 100 and after 2,000 steps (the tracker must keep nothing across steps).
 
-Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--memory]``
+Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--track-inputs]
+[--memory]``
 """
 
 from __future__ import annotations
@@ -123,6 +129,32 @@ def overhead(rounds: int, steps: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def inputs_overhead(rounds: int, steps: int) -> dict[str, float]:
+    """Median step time of plain steps, tracked steps and steps tracked with
+    ``track_inputs=True``, taking turns step by step (``rounds * steps`` of each)."""
+    model, optimizer = make_model()
+    kinds = ("plain", "track every step", "track every step, track_inputs=True")
+    times: dict[str, list[float]] = {name: [] for name in kinds}
+    for _ in range(3):
+        train_step(model, optimizer)
+    with (
+        tempfile.TemporaryDirectory() as logdir,
+        # Steps 0, 3, 6, ... are tracked by the first, 1, 4, 7, ... by the second.
+        track(model, logdir=f"{logdir}/a", optimizer=optimizer, every=3) as outputs,
+        track(
+            model, logdir=f"{logdir}/b", optimizer=optimizer, every=3, init_step=2,
+            track_inputs=True,
+        ) as inputs,
+    ):  # fmt: skip
+        for step in range(3 * rounds * steps):
+            start = time.perf_counter()
+            train_step(model, optimizer)
+            outputs.step()
+            inputs.step()
+            times[kinds[(step + 1) % 3]].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def resident_mb() -> float:
     with open("/proc/self/status") as status:
         for line in status:
@@ -157,13 +189,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant a round")
     parser.add_argument("--memory", action="store_true", help="also measure memory")
+    parser.add_argument(
+        "--track-inputs", action="store_true", help="also time tracking with track_inputs=True"
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.steps} steps (every=10: of 10 steps)"
     )
-    results = overhead(args.rounds, args.steps)
+    if args.track_inputs:
+        results = inputs_overhead(args.rounds, args.steps)
+    else:
+        results = overhead(args.rounds, args.steps)
     plain = results["plain"]
     for name, seconds in results.items():
         print(f"{name:40s} {seconds * 1000:9.1f} ms  {seconds / plain:6.2f}x")

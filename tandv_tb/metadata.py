@@ -49,9 +49,20 @@ DTYPE_CODES = (
     "float4_e2m1fn",
 )
 
-#: The contract's tensor types; ``Optimiser_State.<key>`` takes any key without spaces or "/".
-TENSOR_TYPES = ("Activation", "Gradient", "Weight", "Weight_Gradient")
+#: The contract's tensor types, in the order dashboards list them; ``Optimiser_State.<key>``
+#: (any key without spaces or "/") follows them.
+TENSOR_TYPES = ("Activation", "Gradient", "Input", "Input_Gradient", "Weight", "Weight_Gradient")
 _OPTIMISER_STATE = re.compile(r"Optimiser_State\.[^\s/]+")
+
+
+def tensor_type_key(tensor_type: str) -> tuple:
+    """Sort key of tensor types: ``TENSOR_TYPES`` in order, optimiser states next (by key),
+    others last."""
+    if tensor_type in TENSOR_TYPES:
+        return (0, TENSOR_TYPES.index(tensor_type), "")
+    if tensor_type.startswith("Optimiser_State."):
+        return (1, 0, tensor_type)
+    return (2, 0, tensor_type)
 
 
 class UnsupportedVersion(ValueError):

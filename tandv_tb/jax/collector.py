@@ -24,6 +24,8 @@ from tandv_tb.jax.skips import Verdict, untrackable
 from tandv_tb.stats.engine import Pending
 from tandv_tb.tracking import SkipLog
 
+OUTPUT_TYPES = ("Activation", "Gradient")
+INPUT_TYPES = ("Input", "Input_Gradient")
 NESTED = (
     "it runs inside a transformation nested in the tracked function (jax.lax.scan, "
     "jax.checkpoint/nn.remat, jax.vmap or an inner jax.jit), whose values cannot leave it; "
@@ -39,6 +41,7 @@ class Config:
     selected: Callable[[str], bool]
     gradients: bool
     skips: SkipLog
+    inputs: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +59,13 @@ class Slot:
 
 class Collector:
     """Statistics of the module outputs (``Activation``) and of their cotangents
-    (``Gradient``) seen while one trace runs, in the order they were computed."""
+    (``Gradient``) seen while one trace runs, in the order they were computed; with
+    ``config.inputs`` also of module inputs (``Input``, ``Input_Gradient``)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self.entries: list[tuple[str, str, str, Pending]] = []
+        self._deferred: list[tuple[int, jax.Array]] = []  # (index in entries, input)
         self.module_types: dict[str, str] = {}
         self._state = get_opaque_trace_state()
         # One computation per array: a root module's output is often its last child's.
@@ -73,42 +78,84 @@ class Collector:
         """Record the arrays of one module call's output; returns the output to use in its
         place (the same values, with a probe on each array when it is differentiated)."""
         self.module_types.setdefault(name, module_type)
-        return map_output(output, name, functools.partial(self._output_array, module_type))
+        array = functools.partial(self._array, OUTPUT_TYPES, module_type)
+        return map_output(output, name, array)
 
-    def _output_array(self, module_type: str, name: str, x: jax.Array) -> jax.Array:
+    def module_inputs(
+        self, name: str, module_type: str, args: tuple, kwargs: dict
+    ) -> tuple[tuple, dict]:
+        """Record the arrays a module call is given (positional ones named as a tuple
+        output's, keyword ones ``name.<keyword>``) when ``config.inputs``; returns the
+        arguments to call it with. Non-float arrays are skipped without a word."""
+        if not self.config.inputs:
+            return args, kwargs
+        array = functools.partial(self._array, INPUT_TYPES, module_type)
+        return map_output(args, name, array), map_output(kwargs, name, array)
+
+    def _array(
+        self, types: tuple[str, str], module_type: str, name: str, x: jax.Array
+    ) -> jax.Array:
+        value_type, gradient_type = types
         if not self.config.selected(name):
             return x
         verdict = untrackable(x, skip_scalars=False)
         if verdict is not Verdict.TRACK:
-            if verdict is not Verdict.SILENT:
-                self.config.skips.skip(name, "Activation", verdict)
+            if verdict is not Verdict.SILENT and types == OUTPUT_TYPES:
+                self.config.skips.skip(name, value_type, verdict)
             return x
         if self.owns_current_trace():
-            self._record(name, "Activation", module_type, x)
+            self._record(name, value_type, module_type, x)
             return x
         on_backward = None
         if self.config.gradients:
-            on_backward = functools.partial(self._record, name, "Gradient", module_type)
+            on_backward = functools.partial(self._record, name, gradient_type, module_type)
         probed, differentiated = probe(
-            x, functools.partial(self._record, name, "Activation", module_type), on_backward
+            x, functools.partial(self._record, name, value_type, module_type), on_backward
         )
-        if not differentiated:
-            self.config.skips.skip(name, "Activation", NESTED)
+        if not differentiated and types == INPUT_TYPES:
+            self._defer(name, value_type, module_type, x)
+        elif not differentiated:
+            self.config.skips.skip(name, value_type, NESTED)
         return probed
+
+    def _defer(self, name: str, tensor_type: str, module_type: str, x: jax.Array) -> None:
+        """An input the enclosing differentiation does not differentiate (a data batch under
+        ``jax.grad``) is a value of an outer trace: its statistics are computed by
+        ``finish``, once that trace is current again, in the place it was seen."""
+        self._deferred.append((len(self.entries), x))
+        self.entries.append((name, tensor_type, module_type, None))
+
+    def finish(self) -> None:
+        """Compute what was deferred (call it when the function has run, in this trace); an
+        array of a nested trace that has ended cannot be used and is skipped."""
+        for index, x in self._deferred:
+            name, tensor_type, module_type, _ = self.entries[index]
+            try:
+                pending = self._pending(x)
+            except Exception:  # a value of an inner trace (jax.lax.scan, jax.checkpoint)
+                self.config.skips.skip(name, tensor_type, NESTED)
+                pending = None
+            self.entries[index] = (name, tensor_type, module_type, pending)
+        if self._deferred:
+            self.entries = [entry for entry in self.entries if entry[3] is not None]
+        self._deferred = []
 
     def _record(self, name: str, tensor_type: str, module_type: str, x: jax.Array) -> None:
         if not self.owns_current_trace():
             self.config.skips.skip(name, tensor_type, NESTED)
             return
+        self.entries.append((name, tensor_type, module_type, self._pending(x)))
+
+    def _pending(self, x: jax.Array) -> Pending:
         known = self._computed.get(id(x))
         if known is not None and known[0] is x:
-            pending = known[1]
-        elif isinstance(x, jax.core.Tracer):
+            return known[1]
+        if isinstance(x, jax.core.Tracer):
             pending = kernels.in_program(x, self.config.formats)
         else:
             pending = kernels.start([x], self.config.formats)[0]
         self._computed[id(x)] = (x, pending)
-        self.entries.append((name, tensor_type, module_type, pending))
+        return pending
 
     def pack(self) -> tuple[list[Slot], jax.Array, jax.Array]:
         """Every entry's vectors in one count vector and one moment vector (traced)."""

@@ -51,12 +51,15 @@ def in_program(x: jax.Array, formats: tuple[str, ...]) -> Pending:
 
 
 def _on_host(x: jax.Array) -> bool:
-    return all(device.platform == "cpu" for device in x.devices())
+    """Whether ``x`` is all in this process's memory (a CPU array whose every shard is here;
+    under ``jax.distributed`` a global array spans the CPUs of other processes too)."""
+    return x.is_fully_addressable and all(device.platform == "cpu" for device in x.devices())
 
 
 def start(arrays: Sequence[jax.Array], formats: tuple[str, ...]) -> list[Pending]:
     """Statistics of concrete arrays: host (CPU) arrays by the engine's CPU kernel, all
-    others in one compiled program (one dispatch), left on their devices."""
+    others in one compiled program (one dispatch), left on their devices. A global array
+    of several processes is described whole by that program (every process runs it)."""
     pending: list[Pending | None] = [None] * len(arrays)
     on_device = []
     for i, x in enumerate(arrays):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from tandv_tb.jax import attaching
 from tandv_tb.jax.collector import Collector
 
 
@@ -33,11 +34,15 @@ def intercepting(collector: Collector) -> Iterator[None]:
         return
 
     def interceptor(next_fun, args, kwargs, context):
-        output = next_fun(*args, **kwargs)
         if not _recorded(context.method_name):
-            return output
+            with attaching.module_scope(module_name(context.module, "__call__")):
+                return next_fun(*args, **kwargs)
         name = module_name(context.module, context.method_name)
-        return collector.module_output(name, type(context.module).__name__, output)
+        module_type = type(context.module).__name__
+        args, kwargs = collector.module_inputs(name, module_type, args, kwargs)
+        with attaching.module_scope(module_name(context.module, "__call__")):
+            output = next_fun(*args, **kwargs)
+        return collector.module_output(name, module_type, output)
 
     with linen.intercept_methods(interceptor):
         yield

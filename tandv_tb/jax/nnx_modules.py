@@ -13,6 +13,7 @@ import functools
 import threading
 from collections.abc import Iterable, Iterator
 
+from tandv_tb.jax import attaching
 from tandv_tb.jax.collector import Collector
 
 _lock = threading.Lock()
@@ -106,12 +107,15 @@ def _wrapped_call(original):
         if active is None or id(self) in active.running:  # not tracking, or super().__call__
             return original(self, *args, **kwargs)
         name = active.names(self)  # on entry: a root names its submodules before they run
+        module_type = type(self).__name__
+        args, kwargs = active.collector.module_inputs(name, module_type, args, kwargs)
         active.running.add(id(self))
         try:
-            output = original(self, *args, **kwargs)
+            with attaching.module_scope(name):
+                output = original(self, *args, **kwargs)
         finally:
             active.running.discard(id(self))
-        return active.collector.module_output(name, type(self).__name__, output)
+        return active.collector.module_output(name, module_type, output)
 
     call.__tandv_original__ = original
     return call

@@ -9,7 +9,7 @@ themselves no longer tell the order the parameters were created in.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 
 
 def natural_key(name: str) -> tuple:
@@ -25,11 +25,12 @@ class Orders:
     """Module outputs by first sight; parameters by their module, assigned at first sight."""
 
     def __init__(self) -> None:
-        self._modules: dict[str, int] = {}
+        self._modules: dict[Hashable, int] = {}
         self._parameters: dict[str, int] = {}
 
-    def module(self, name: str) -> int:
-        return self._modules.setdefault(name, len(self._modules))
+    def module(self, key: Hashable) -> int:
+        """The order of a module output's name (or of another key placed among them)."""
+        return self._modules.setdefault(key, len(self._modules))
 
     def parameters(self, names: Iterable[str]) -> dict[str, int]:
         """The order of each parameter name; new names are placed after the known ones."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
+import jax
+
 from tandv_tb.jax import kernels, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
@@ -19,6 +21,7 @@ from tandv_tb.tracking import Patterns, Selection, SkipLog, check_every, default
 from tandv_tb.writer import NumericsWriter, RecordItem
 
 MODULE_OUTPUTS = ("Activation", "Gradient")
+MODULE_INPUTS = ("Input", "Input_Gradient")
 _GIVEN = object()  # a pytree was given to track()
 
 
@@ -43,6 +46,7 @@ class Tracker:
         include: Patterns,
         exclude: Patterns,
         track_gradients: bool,
+        track_inputs: bool,
         formats: Sequence[str],
         init_step: int,
         watch_nonfinite: bool,
@@ -55,13 +59,19 @@ class Tracker:
         formats = check_formats(formats)
         selected = Selection(include, exclude)
         self._config = Config(
-            formats, selected, bool(track_gradients), SkipLog(UntrackableArrayWarning)
+            formats,
+            selected,
+            bool(track_gradients),
+            SkipLog(UntrackableArrayWarning),
+            inputs=bool(track_inputs),
         )
         if writer is None:
             logdir = default_logdir() if logdir is None else os.fspath(logdir)
-        self._writer = NumericsWriter(
-            None if writer is not None else logdir, writer=writer, formats=formats
-        )
+        self._writer = None  # under jax.distributed, process 0 alone writes
+        if jax.process_index() == 0:
+            self._writer = NumericsWriter(
+                None if writer is not None else logdir, writer=writer, formats=formats
+            )
         # NNX objects are read again at each step; of a pytree only the fact that one was
         # given is kept (holding it would keep a copy of the model alive).
         self._model_state = _kept(model_state)
@@ -82,9 +92,9 @@ class Tracker:
         return self._step
 
     @property
-    def logdir(self) -> str:
-        """The directory of the event file written to."""
-        return self._writer.logdir
+    def logdir(self) -> str | None:
+        """The directory of the event file written to (``None`` in processes other than 0)."""
+        return None if self._writer is None else self._writer.logdir
 
     @property
     def _active(self) -> bool:
@@ -248,16 +258,16 @@ class Tracker:
     def _write(self) -> bool:
         """Write the tracked step; whether the watch found NaN/Inf in it."""
         records = self._results.drain()
-        outputs = [r for r in records if r.tensor_type in MODULE_OUTPUTS]
-        for record in outputs:
-            self._orders.module(record.name)
+        in_forward = [r for r in records if r.tensor_type in MODULE_OUTPUTS + MODULE_INPUTS]
+        for record in in_forward:
+            self._orders.module(_order_key(record))
         parameters = self._orders.parameters(
-            r.name for r in records if r.tensor_type not in MODULE_OUTPUTS
+            r.name for r in records if r.tensor_type not in MODULE_OUTPUTS + MODULE_INPUTS
         )
         items = []
         for record in records:
-            if record.tensor_type in MODULE_OUTPUTS:
-                order = self._orders.module(record.name)
+            if record.tensor_type in MODULE_OUTPUTS + MODULE_INPUTS:
+                order = self._orders.module(_order_key(record))
             else:
                 order = parameters[record.name]
             items.append(
@@ -272,12 +282,14 @@ class Tracker:
         found = []
         if self._watch is not None:
             found = entries_from_stats((r.name, r.tensor_type, r.stats) for r in records)
-        self._writer.add_records(self._step, items, nonfinite=found)
+        if self._writer is not None:
+            self._writer.add_records(self._step, items, nonfinite=found)
         return bool(found)
 
     def flush(self) -> None:
         """Write everything recorded so far to disk."""
-        self._writer.flush()
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
         """Write what the current step has recorded (without ``step()``), flush and close.
@@ -293,13 +305,19 @@ class Tracker:
                 self._write()
         finally:
             self._results = StepResults()
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
 
     def __enter__(self) -> Tracker:
         return self
 
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
         self._end(keep_pending=exc_type is None)
+
+
+def _order_key(record: Item) -> str | tuple[str, str]:
+    """Outputs (and attached arrays) by name; inputs apart, where their module starts."""
+    return ("Input", record.name) if record.tensor_type in MODULE_INPUTS else record.name
 
 
 def _is_train_state(state: object) -> bool:
@@ -316,6 +334,7 @@ def track(
     include: Patterns = None,
     exclude: Patterns = None,
     track_gradients: bool = True,
+    track_inputs: bool = False,
     formats: Sequence[str] = (),
     writer: object = None,
     init_step: int = 0,
@@ -340,7 +359,12 @@ def track(
     NNX modules and optimizers given here; a Flax ``TrainState`` as ``model_state`` gives
     both its ``params`` and its ``opt_state``). ``include``/``exclude`` are regular expressions
     searched in names; ``formats`` are the low-precision formats whose under/overflow is
-    counted exactly; ``track_gradients=False`` skips both kinds of gradient. ``writer`` is a
+    counted exactly; ``track_gradients=False`` skips every kind of gradient. With
+    ``track_inputs=True`` also ``Input`` (every array given to a module call, positional or
+    keyword, named as outputs are; float arrays only) and ``Input_Gradient`` (its cotangent
+    through that call: JAX arrays have no identity, so unlike PyTorch's this covers the
+    module's own use of the array, which is ``jax.grad`` of the loss w.r.t. it when the
+    module is its only user). ``tandv_tb.jax.attach`` adds any array. ``writer`` is a
     user's ``SummaryWriter`` (torch or tensorboardX) to write into instead of ``logdir``.
 
     The non-finite watch (``watch_nonfinite=True``) counts NaN/Inf in the same arrays on
@@ -351,6 +375,10 @@ def track(
     cotangents in backward order, then weight gradients, weights and optimizer state), and
     the next step is tracked in full whatever ``every`` says (once per stretch of
     non-finite steps).
+
+    Under ``jax.distributed`` every process calls ``track``, ``intercept`` and ``step`` alike
+    (the statistics of a global array are computed by a program all processes run, so they
+    describe the whole array); process 0 alone writes.
     """
     options = dict(locals())
     return Tracker(options.pop("model_state"), options.pop("optimizer_state"), **options)

@@ -103,14 +103,19 @@ def runs(query: Query) -> dict:
         listed.append(
             {
                 "run": run,
-                "tensor_types": index.tensor_types(),
+                "tensor_types": sorted(index.tensor_types(), key=metadata.tensor_type_key),
                 "formats": recorded,
                 "layer_count": len({e.info.name for e in entries}),
                 "max_step": max(e.max_step for e in entries),
             }
         )
     scalar_runs = query.store.scalar_runs(query.ctx, query.experiment_id)
-    return {"runs": listed, "scalar_runs": scalar_runs, "skipped": skipped}
+    return {
+        "runs": listed,
+        "scalar_runs": scalar_runs,
+        "skipped": skipped,
+        "tensor_type_order": list(metadata.TENSOR_TYPES),
+    }
 
 
 def formats_listing(query: Query) -> dict:

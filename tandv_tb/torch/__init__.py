@@ -1,13 +1,15 @@
 """Numerics tracking for PyTorch training: ``tandv_tb.torch.track``.
 
 Modules: ``tracker`` (``track``, the step cycle), ``hooks`` (module outputs and their
-gradients), ``parameters`` (weights, weight gradients, optimizer state), ``recorder``
+gradients), ``inputs`` (module inputs and their gradients), ``attaching`` (any tensor in a
+forward), ``parameters`` (weights, weight gradients, optimizer state), ``recorder``
 (statistics started on the tensor's device), ``collect`` (a step's pending statistics),
 ``reduce`` (one fetch, calls merged), ``distributed`` (combining ranks), ``naming``,
 ``selection`` and ``skips``.
 """
 
+from tandv_tb.torch.attaching import attach
 from tandv_tb.torch.skips import UntrackableTensorWarning
 from tandv_tb.torch.tracker import Tracker, is_tracked, track
 
-__all__ = ["Tracker", "UntrackableTensorWarning", "is_tracked", "track"]
+__all__ = ["Tracker", "UntrackableTensorWarning", "attach", "is_tracked", "track"]

@@ -68,6 +68,15 @@ class ModuleHooks:
             hook = functools.partial(self._on_forward, path or label, naming.module_type(module))
             self._handles.append(module.register_forward_hook(hook))
 
+    @property
+    def orders(self) -> Orders:
+        """The order of every recorded name, by first execution (shared with inputs)."""
+        return self._orders
+
+    def record_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
+        """Record ``tensor`` as a module output now (``attach``)."""
+        self._record_output(name, module_type, tensor)
+
     def end_step(self) -> None:
         """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
         for handle in self._leaf_handles:
@@ -128,11 +137,7 @@ class ModuleHooks:
     def _output_tensors(self, name: str, output: object) -> list[tuple[str, torch.Tensor]]:
         """``naming.output_tensors``; where one of the names is also a module's (``seq.1``
         of a Sequential's tuple output), all but the first are ``seq[1]``, ``seq[2]``..."""
-        leaves = list(naming.output_tensors(output, name))
-        if any(leaf != name and leaf in self._paths for leaf, _ in leaves):
-            cut = len(name) + 1
-            leaves = [(f"{name}[{leaf[cut:]}]" if leaf != name else leaf, t) for leaf, t in leaves]
-        return leaves
+        return naming.distinct_names(list(naming.output_tensors(output, name)), name, self._paths)
 
     def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
         if self._active():

@@ -97,6 +97,24 @@ def output_tensors(output: object, name: str) -> Iterator[tuple[str, torch.Tenso
             yield from output_tensors(leaf, name if index == 0 else f"{name}.{index}")
 
 
+def input_tensors(args: tuple, kwargs: Mapping, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` for every tensor in a module's inputs: the positional ones named as
+    a tuple output's (``name``, ``name.1``, ...), then the keyword ones ``name.<keyword>``."""
+    yield from output_tensors(args, name)
+    yield from output_tensors(kwargs, name)
+
+
+def distinct_names(
+    leaves: list[tuple[str, torch.Tensor]], name: str, module_paths: set[str]
+) -> list[tuple[str, torch.Tensor]]:
+    """``leaves`` of the value named ``name``; where one of their names is also a module's
+    (``seq.1`` of a Sequential's tuple output), all but ``name`` are ``seq[1]``, ``seq[2]``..."""
+    if not any(leaf != name and leaf in module_paths for leaf, _ in leaves):
+        return leaves
+    cut = len(name) + 1
+    return [(f"{name}[{leaf[cut:]}]" if leaf != name else leaf, t) for leaf, t in leaves]
+
+
 def _sequence_leaves(sequence: tuple | list) -> Iterator[object]:
     """The items of nested tuples and lists, depth-first (dicts count as one item)."""
     for item in sequence:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -20,15 +20,16 @@ except ImportError:  # a build without distributed support
 
 
 class Orders:
-    """Positions by first sight: the ``order`` of each name, stable across steps."""
+    """Positions by first sight: the ``order`` of each key (a name, or a name and the tensor
+    type when types of one name are placed apart), stable across steps."""
 
     def __init__(self) -> None:
-        self._orders: dict[str, int] = {}
+        self._orders: dict[Hashable, int] = {}
 
-    def __call__(self, name: str) -> int:
-        order = self._orders.get(name)
+    def __call__(self, key: Hashable) -> int:
+        order = self._orders.get(key)
         if order is None:
-            order = self._orders[name] = len(self._orders)
+            order = self._orders[key] = len(self._orders)
         return order
 
 

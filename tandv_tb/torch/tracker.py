@@ -11,8 +11,10 @@ from torch import nn
 
 from tandv_tb.nonfinite import entries_from_stats
 from tandv_tb.stats.engine import check_formats
+from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.distributed import RankCombiner, is_distributed
 from tandv_tb.torch.hooks import ModuleHooks
+from tandv_tb.torch.inputs import InputHooks
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.reduce import fetch_merged
@@ -55,6 +57,7 @@ class Tracker:
         track_gradients: bool,
         track_weights: bool,
         track_optimizer: bool,
+        track_inputs: bool,
         formats: Sequence[str],
         only_training: bool,
         init_step: int,
@@ -91,9 +94,8 @@ class Tracker:
             self._writer = NumericsWriter(
                 None if writer is not None else logdir, writer=writer, formats=formats
             )
-        self._recorder = Recorder(
-            formats, SkipLog(UntrackableTensorWarning), replicated=self._writer is not None
-        )
+        skips = SkipLog(UntrackableTensorWarning)
+        self._recorder = Recorder(formats, skips, replicated=self._writer is not None)
         self._parameters = Parameters(module, optimizer)
         self._watch = Watch(replicated=self._writer is not None) if watch_nonfinite else None
         self._tripped = False  # whether the watch found NaN/Inf in the last step
@@ -112,6 +114,19 @@ class Tracker:
         self._modules = list(module.modules())
         for hooked in self._modules:
             _HOOKED[hooked] = _HOOKED.get(hooked, 0) + 1
+        self._inputs = None
+        if track_inputs:
+            self._inputs = InputHooks(
+                module,
+                self._recorder,
+                self._hooks.orders,
+                active=lambda: self._active,
+                selected=self._selected,
+                gradients=track_gradients,
+                only_training=only_training,
+            )
+        self._attachments = Attachments(module, self._hooks.record_tensor, skips, only_training)
+        self._attachments.set_active(self._active)
 
     @property
     def current_step(self) -> int:
@@ -143,6 +158,8 @@ class Tracker:
         elif next_step <= self._step:
             raise ValueError(f"next_step must be > current_step ({self._step}), got {next_step}")
         self._hooks.end_step()
+        if self._inputs is not None:
+            self._inputs.end_step()
         if self._active:
             tripped = self._finish_step()
         else:
@@ -151,6 +168,7 @@ class Tracker:
         onset = tripped and not self._tripped
         self._tripped = tripped
         self._active = onset or is_tracked_step(self._step, self._every)
+        self._attachments.set_active(self._active)
 
     def _watched_step(self) -> bool:
         """End an untracked step with the watch; whether it found NaN/Inf."""
@@ -224,6 +242,9 @@ class Tracker:
                 _HOOKED[hooked] -= 1
             else:
                 _HOOKED.pop(hooked, None)
+        self._attachments.set_active(False)
+        if self._inputs is not None:
+            self._inputs.remove()
         try:
             if keep_pending and self._combiner is None and len(self._recorder.buffer):
                 self._finish_step()
@@ -257,6 +278,7 @@ def track(
     track_gradients: bool = True,
     track_weights: bool = True,
     track_optimizer: bool = True,
+    track_inputs: bool = False,
     formats: Sequence[str] = (),
     only_training: bool = True,
     init_step: int = 0,
@@ -278,11 +300,14 @@ def track(
     their number): ``Activation`` (every module's output, each tensor of a tuple/list/dict
     output), ``Gradient`` (the loss's gradient w.r.t. those outputs), ``Weight`` and
     ``Weight_Gradient`` of every parameter and ``Optimiser_State.<key>`` of every tensor in
-    the optimizer's state, read at ``step()``. ``include``/``exclude`` are regular
-    expressions searched in every name; ``formats`` are the low-precision formats whose
-    under/overflow is counted exactly; ``only_training`` skips modules in eval mode.
-    ``writer`` is a user's ``SummaryWriter`` (torch or tensorboardX) to write into instead
-    of ``logdir``.
+    the optimizer's state, read at ``step()``. With ``track_inputs=True`` also ``Input``
+    (every tensor given to a module, positional or keyword, named as outputs are; float
+    tensors only) and ``Input_Gradient`` (the loss's gradient w.r.t. such a tensor, over
+    all its uses). ``tandv_tb.torch.attach`` inside a forward adds any tensor.
+    ``include``/``exclude`` are regular expressions searched in every name; ``formats`` are
+    the low-precision formats whose under/overflow is counted exactly; ``only_training``
+    skips modules in eval mode. ``writer`` is a user's ``SummaryWriter`` (torch or
+    tensorboardX) to write into instead of ``logdir``.
 
     The non-finite watch (``watch_nonfinite=True``) checks every step, tracked or not, for
     NaN/Inf in the tensors tracked steps record (one ``sum`` per CPU tensor; on another

@@ -28,6 +28,8 @@ export interface RunsResponse {
   runs: RunInfo[];
   scalar_runs: string[];
   skipped: Skipped[];
+  /** The fixed tensor types in dashboard order; optimiser states follow them. */
+  tensor_type_order: string[];
 }
 export interface LayerInfo {
   layer: string;

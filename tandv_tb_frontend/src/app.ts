@@ -11,7 +11,6 @@ import { type LineChart, LineCharts, type LineSeries } from "./lines";
 import { DEFAULT_STATE, saveState, type State } from "./state";
 import { autoExpanded } from "./tree";
 
-const TENSOR_TYPE_ORDER = ["Activation", "Gradient", "Weight", "Weight_Gradient"];
 const DASHES: (number[] | undefined)[] = [undefined, [6, 3], [2, 3], [8, 3, 2, 3]];
 const MAX_SCALAR_CHARTS = 6;
 /** With ``groups: "auto"``, group levels open while the heatmap keeps at most this many rows. */
@@ -90,6 +89,7 @@ export class App {
   private state: State;
   private runs: RunInfo[] = [];
   private scalarRuns = new Set<string>();
+  private tensorTypeOrder: string[] = [];
   private colours = new Map<string, string>();
   private formats: FormatLimits[] = [];
   private defaultOverlays: string[] = [];
@@ -181,6 +181,7 @@ export class App {
       if (metrics) this.metrics = metrics.metrics;
       this.runs = runs.runs;
       this.scalarRuns = new Set(runs.scalar_runs);
+      this.tensorTypeOrder = runs.tensor_type_order ?? [];
       this.colours = runColors(this.runs.map((r) => r.run));
     } catch (error) {
       if (api.isAbort(error)) return;
@@ -224,9 +225,12 @@ export class App {
 
   private tensorTypes(): string[] {
     const types = new Set(this.selectedRuns().flatMap((run) => run.tensor_types));
+    // The server's order: its fixed types, then optimiser states, then others, by name.
+    const order = this.tensorTypeOrder;
     const rank = (type: string) => {
-      const index = TENSOR_TYPE_ORDER.indexOf(type);
-      return index >= 0 ? index : TENSOR_TYPE_ORDER.length;
+      const index = order.indexOf(type);
+      if (index >= 0) return index;
+      return type.startsWith("Optimiser_State.") ? order.length : order.length + 1;
     };
     return [...types].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
   }

@@ -1,0 +1,92 @@
+"""Module inputs (``Input``) and the gradients w.r.t. them (``Input_Gradient``).
+
+A forward pre-hook sees the inputs before the module runs, so a module that changes its
+input in place (``ReLU(inplace=True)``) has its input recorded as it was given. The gradient
+comes from ``Tensor.register_hook`` on each input: it is the gradient of the loss w.r.t.
+that tensor, over all its uses (what ``torch.autograd.grad(loss, input)`` returns), also
+when the module changes it in place afterwards.
+
+Inputs are named as outputs are (``name``, ``name.1``, ... by position, then
+``name.<keyword>``), and ordered where the module starts, before its children's outputs.
+Non-tensor inputs and integer or boolean tensors (token ids, masks) are skipped silently.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from tandv_tb.torch import naming
+from tandv_tb.torch.hooks import _eager, _in_backward
+from tandv_tb.torch.recorder import Orders, Recorder
+
+
+class InputHooks:
+    """Forward pre-hooks on every module of a model; ``remove`` takes them all off."""
+
+    def __init__(
+        self,
+        root: nn.Module,
+        recorder: Recorder,
+        orders: Orders,
+        *,
+        active: Callable[[], bool],
+        selected: Callable[[str], bool],
+        gradients: bool,
+        only_training: bool,
+    ) -> None:
+        self._recorder = recorder
+        self._orders = orders
+        self._active = active
+        self._selected = selected
+        self._gradients = gradients
+        self._only_training = only_training
+        self._handles = []
+        self._leaf_handles = []  # gradient hooks on leaf tensors outlive the step's graph
+        label = naming.root_name(root)
+        modules = list(naming.named_modules(root))
+        self._paths = {path or label for path, _ in modules}
+        for path, module in modules:
+            hook = functools.partial(self._on_input, path or label, naming.module_type(module))
+            self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+
+    def end_step(self) -> None:
+        """Drop the gradient hooks this step put on leaf tensors."""
+        for handle in self._leaf_handles:
+            handle.remove()
+        self._leaf_handles = []
+
+    def remove(self) -> None:
+        self.end_step()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _on_input(
+        self, name: str, module_type: str, module: nn.Module, args: tuple, kwargs: dict
+    ) -> None:
+        if self._active() and (module.training or not self._only_training):
+            self._record_inputs(name, module_type, args, kwargs)
+
+    @_eager
+    def _record_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
+        recomputed = _in_backward()  # a checkpointed forward, recorded the first time
+        leaves = list(naming.input_tensors(args, kwargs, name))
+        for leaf, tensor in naming.distinct_names(leaves, name, self._paths):
+            if not tensor.is_floating_point() or not self._selected(leaf):
+                continue
+            order = self._orders(("Input", leaf))
+            if not recomputed:
+                self._recorder.record(leaf, "Input", module_type, order, tensor)
+            if self._gradients and tensor.requires_grad:
+                hook = functools.partial(self._on_gradient, leaf, module_type, order)
+                handle = tensor.register_hook(hook)
+                if tensor.grad_fn is None:
+                    self._leaf_handles.append(handle)
+
+    def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
+        if self._active():
+            self._recorder.record(name, "Input_Gradient", module_type, order, grad)
