@@ -4,14 +4,17 @@ A GPT-style decoder (vocabulary 512, width 256, 4 heads, feed-forward 1024, 4 bl
 LayerNorm + ``nn.MultiheadAttention`` + MLP), sequence 128, batch 16, AdamW, random tokens,
 CPU float32, ``torch.set_num_threads(2)``. Prints the median step time of: plain training;
 tracking every step, all tensor types; tracking with ``every=10`` (the mean over a window
-of 10 steps, one of them tracked, median over windows); and a floor (a plain step plus one
+of 10 steps, one of them tracked, median over windows), with the non-finite watch (the
+default) and without; untracked steps alone (``every`` past the run, its tracked step 0
+left out of the timing), with the watch and without; and a floor (a plain step plus one
 ``sum()`` over every tensor that full tracking reads), each as a ratio to plain, all in one
-run, the variants interleaved in rounds.
+run, the variants interleaved in rounds. ``--watch`` times only plain training and the
+watch's variants (more rounds in the same time).
 
 ``--memory`` also trains a small model for 2,000 tracked steps and prints the resident
 memory after 100 and after 2,000 steps (the tracker must keep nothing across steps).
 
-Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--memory]``
+Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--watch] [--memory]``
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ from tandv_tb.torch import track  # noqa: E402
 from tests.test_torch_support import GPT, gpt_loss  # noqa: E402
 
 FLOOR = "floor (plain + one sum per tensor)"
-VARIANTS = ("plain", "track every step", "track every=10", FLOOR)
+EVERY10, EVERY10_OFF = "track every=10", "track every=10, no watch"
+UNTRACKED, UNTRACKED_OFF = "untracked steps, watch", "untracked steps, no watch"
+VARIANTS = ("plain", "track every step", EVERY10, EVERY10_OFF, UNTRACKED, UNTRACKED_OFF, FLOOR)
+WATCH_VARIANTS = ("plain", EVERY10, EVERY10_OFF, UNTRACKED, UNTRACKED_OFF)
 VOCAB, WIDTH, HEADS, HIDDEN, DEPTH, LENGTH, BATCH = 512, 256, 4, 1024, 4, 128, 16
 
 
@@ -97,29 +103,38 @@ def floor_hooks(model: nn.Module, optimizer: torch.optim.Optimizer):
             handle.remove()
 
 
-def overhead(rounds: int, steps: int) -> dict[str, float]:
+def overhead(rounds: int, steps: int, variants: tuple[str, ...] = VARIANTS) -> dict[str, float]:
     """Median step time of each variant, run in interleaved rounds (so that a machine
     whose load drifts slows every variant alike); ``every=10`` is timed over whole
     windows of 10 steps, one of them tracked."""
     model, optimizer = make_model()
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    times: dict[str, list[float]] = {name: [] for name in variants}
 
     def train() -> None:
         train_step(model, optimizer)
+
+    def tracked(run: str, **options):
+        return track(model, logdir=run, optimizer=optimizer, **options)
 
     for _ in range(3):
         train()
     with tempfile.TemporaryDirectory() as logdir:
         for round_ in range(rounds):
             times["plain"] += timed(train, steps)
-            with track(model, logdir=f"{logdir}/all{round_}", optimizer=optimizer) as tracker:
-                times["track every step"] += timed(lambda: (train(), tracker.step()), steps)
-            run = f"{logdir}/every10_{round_}"
-            with track(model, logdir=run, optimizer=optimizer, every=10) as tracker:
-                window = timed(lambda: (train(), tracker.step()), 10)
-                times["track every=10"].append(sum(window) / len(window))
-            with floor_hooks(model, optimizer) as at_step:
-                times[FLOOR] += timed(lambda: (train(), at_step()), steps)
+            if "track every step" in variants:
+                with tracked(f"{logdir}/all{round_}") as tracker:
+                    times["track every step"] += timed(lambda: (train(), tracker.step()), steps)
+            for name, watch in ((EVERY10, True), (EVERY10_OFF, False)):
+                with tracked(f"{logdir}/{name}{round_}", every=10, watch_nonfinite=watch) as t:
+                    window = timed(lambda: (train(), t.step()), 10)
+                    times[name].append(sum(window) / len(window))
+            for name, watch in ((UNTRACKED, True), (UNTRACKED_OFF, False)):
+                with tracked(f"{logdir}/{name}{round_}", every=10**9, watch_nonfinite=watch) as t:
+                    train(), t.step()  # step 0 is tracked
+                    times[name] += timed(lambda: (train(), t.step()), steps)
+            if FLOOR in variants:
+                with floor_hooks(model, optimizer) as at_step:
+                    times[FLOOR] += timed(lambda: (train(), at_step()), steps)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -156,6 +171,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant a round")
+    parser.add_argument("--watch", action="store_true", help="only the watch's variants")
     parser.add_argument("--memory", action="store_true", help="also measure memory")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -163,7 +179,7 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.steps} steps (every=10: of 10 steps)"
     )
-    results = overhead(args.rounds, args.steps)
+    results = overhead(args.rounds, args.steps, WATCH_VARIANTS if args.watch else VARIANTS)
     plain = results["plain"]
     for name, seconds in results.items():
         print(f"{name:40s} {seconds * 1000:9.1f} ms  {seconds / plain:6.2f}x")
