@@ -12,7 +12,7 @@ from torch import nn
 
 import tandv_tb
 from tandv_tb.nonfinite import NonfiniteEntry, read_nonfinite
-from tandv_tb.torch import track
+from tandv_tb.torch import track, watch
 from tests.test_torch_support import GPT, gpt_loss
 
 NAN, INF = float("nan"), float("inf")
@@ -107,6 +107,22 @@ def test_nan_off_the_cadence_is_named_and_the_next_step_is_tracked(tmp_path):
     everything = {"Activation", "Gradient", "Weight", "Weight_Gradient"}
     assert steps[8] == everything
     assert not any(e.tensor_type.startswith("Optimiser") for s in found for e in s.entries)
+
+
+def test_counts_kept_on_the_device_give_the_same_record(tmp_path, monkeypatch):
+    """The path for GPU tensors (counts computed on the device, read at ``step()``), here
+    taken by CPU tensors: no GPU on the test machines."""
+
+    def run(logdir):
+        poison = Poison({7: [NAN, NAN, INF, -INF, NAN]})
+        model = nn.Sequential(nn.Linear(6, 6), poison, nn.Linear(6, 1))
+        _train(model, logdir, 9, on_step=lambda s: setattr(poison, "step", s), every=5)
+        return read_nonfinite(logdir)
+
+    on_host = run(tmp_path / "host")
+    monkeypatch.setattr(watch, "_on_host", lambda tensor: False)
+    assert run(tmp_path / "device") == on_host
+    assert on_host[0].step == 7
 
 
 def test_counts_equal_numpy_on_tracked_and_untracked_steps(tmp_path):

@@ -40,6 +40,10 @@ def _counts(tensor: torch.Tensor) -> torch.Tensor:
     return torch.stack((tensor.isnan().sum(), tensor.isposinf().sum(), tensor.isneginf().sum()))
 
 
+def _on_host(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "cpu"
+
+
 def _sum_is_finite(tensor: torch.Tensor) -> bool:
     """Whether the sum of a CPU tensor is finite (float16 summed in float32: its own sum
     overflows at 65,504)."""
@@ -93,7 +97,7 @@ class Watch:
         """Counts on the device; on the CPU counts where the sum is not finite, else None."""
         if tensor.dtype.itemsize == 1:  # float8: few kernels take it
             tensor = tensor.float()
-        if tensor.device.type != "cpu":
+        if not _on_host(tensor):
             return _counts(tensor)
         if _sum_is_finite(tensor):
             return None
