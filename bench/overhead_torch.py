@@ -11,6 +11,11 @@ left out of the timing), with the watch and without; and a floor (a plain step p
 run, the variants interleaved in rounds. ``--watch`` times only plain training and the
 watch's variants (more rounds in the same time).
 
+``--watch-share`` times the watch's own code inside untracked steps (every call of its
+hooks and its work at ``step()``), in wall time and in the training thread's CPU time
+(which time spent waiting for a busy machine's cores does not inflate), beside the
+untracked step's wall time.
+
 ``--memory`` also trains a small model for 2,000 tracked steps and prints the resident
 memory after 100 and after 2,000 steps (the tracker must keep nothing across steps).
 
@@ -138,6 +143,54 @@ def overhead(rounds: int, steps: int, variants: tuple[str, ...] = VARIANTS) -> d
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def watch_share(steps: int) -> tuple[float, float, float]:
+    """Medians of the untracked step (watch on) and of the watch's code in it, wall time
+    and thread CPU time."""
+    from tandv_tb.torch import hooks, tracker
+
+    spent = [0.0, 0.0]
+
+    def timing(function):
+        def timed_function(*args, **kwargs):
+            start, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - start
+                spent[1] += time.thread_time() - cpu
+
+        return timed_function
+
+    patched = {
+        (hooks.ModuleHooks, "_watch_output"),
+        (hooks.ModuleHooks, "_watch_gradient"),
+        (tracker.Tracker, "_watched_step"),
+    }
+    originals = {(owner, name): getattr(owner, name) for owner, name in patched}
+    for (owner, name), function in originals.items():
+        setattr(owner, name, timing(function))
+    model, optimizer = make_model()
+    steps_s, watch_s, watch_cpu_s = [], [], []
+    try:
+        with (
+            tempfile.TemporaryDirectory() as logdir,
+            track(model, logdir=logdir, optimizer=optimizer, every=10**9) as t,
+        ):
+            for step in range(steps + 2):  # step 0 is tracked, step 1 warms up
+                spent[:] = [0.0, 0.0]
+                start = time.perf_counter()
+                train_step(model, optimizer)
+                t.step()
+                if step >= 2:
+                    steps_s.append(time.perf_counter() - start)
+                    watch_s.append(spent[0])
+                    watch_cpu_s.append(spent[1])
+    finally:
+        for (owner, name), function in originals.items():
+            setattr(owner, name, function)
+    return tuple(statistics.median(v) for v in (steps_s, watch_s, watch_cpu_s))
+
+
 def resident_mb() -> float:
     with open("/proc/self/status") as status:
         for line in status:
@@ -172,6 +225,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant a round")
     parser.add_argument("--watch", action="store_true", help="only the watch's variants")
+    parser.add_argument("--watch-share", action="store_true", help="the watch's own time")
     parser.add_argument("--memory", action="store_true", help="also measure memory")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -179,6 +233,14 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.steps} steps (every=10: of 10 steps)"
     )
+    if args.watch_share:
+        step_s, watch_s, cpu_s = watch_share(args.rounds * args.steps)
+        print(
+            f"untracked step with the watch {step_s * 1000:.1f} ms, of which the watch "
+            f"{watch_s * 1000:.1f} ms wall ({watch_s / (step_s - watch_s):.1%} of the rest), "
+            f"{cpu_s * 1000:.1f} ms CPU"
+        )
+        return
     results = overhead(args.rounds, args.steps, WATCH_VARIANTS if args.watch else VARIANTS)
     plain = results["plain"]
     for name, seconds in results.items():

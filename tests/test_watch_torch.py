@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch import nn
 
 import tandv_tb
 from tandv_tb.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.stats.finite import has_nonfinite
 from tandv_tb.torch import track, watch
 from tests.test_torch_support import GPT, gpt_loss
 
@@ -167,9 +169,32 @@ def test_a_nan_born_in_the_backward_pass_names_the_gradient_first(tmp_path):
     assert ("Weight_Gradient", "0.weight") in {(e.tensor_type, e.name) for e in entries}
 
 
+class Transposed(nn.Module):
+    def forward(self, x):
+        return x.t()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_the_bit_pattern_check_finds_nan_and_inf_and_only_them(dtype):
+    numpy_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    values = np.random.default_rng(0).standard_normal(1001).astype(numpy_dtype)
+    largest = ml_dtypes.finfo(numpy_dtype).max
+    values[3], values[4], values[5] = (
+        largest,
+        -largest,
+        ml_dtypes.finfo(numpy_dtype).smallest_subnormal,
+    )
+    assert not has_nonfinite(values, dtype)
+    assert not has_nonfinite(values[:0], dtype)
+    for bad in (NAN, INF, -INF):
+        poisoned = values.copy()
+        poisoned[517] = bad
+        assert has_nonfinite(poisoned, dtype)
+
+
 def test_finite_values_whose_sum_overflows_write_nothing(tmp_path):
     poison = Poison({1: [3e38] * 36})  # finite, but their float32 sum is +inf
-    model = nn.Sequential(poison, nn.Identity())
+    model = nn.Sequential(poison, Transposed())  # a strided output: checked by its sum
     model.requires_grad_(False)
     scale = nn.Parameter(torch.ones(()))
     optimizer = torch.optim.SGD([scale], lr=1e-2)
@@ -182,6 +207,7 @@ def test_finite_values_whose_sum_overflows_write_nothing(tmp_path):
             optimizer.step()
             tracker.step()
     assert torch.isinf(poison.outputs[1].sum())
+    assert not model(torch.randn(8, 6)).is_contiguous()
     assert read_nonfinite(tmp_path) == []
     assert sorted(_steps(tmp_path)) == [0]
 

@@ -3,13 +3,14 @@
 On a step the tracker does not track, every tensor it would track is checked where it
 lies, without a host sync per tensor:
 
-- a CPU tensor by one ``sum`` (NaN or Inf anywhere makes the sum non-finite), read at once:
-  on the CPU there is no device to wait for. Only a non-finite sum (NaN/Inf, or finite
-  values whose sum overflowed) is counted exactly, and a clean tensor is dropped then.
-  The sum is numpy's, in the calling thread: a torch ``sum`` wakes torch's OpenMP
-  workers, which inside a training step cost more than the sum (12.6 M float32 values:
-  186 ms against 3.3 ms on the shared 2-core VM under load, 2026-11-23); the statistics
-  kernel stays in the calling thread for the same reason;
+- a CPU tensor by one pass over its bit patterns in the calling thread
+  (``tandv_tb.stats.finite``; a strided or float8 tensor by one ``sum``, whose overflow
+  is told from NaN/Inf by counting), read at once: on the CPU there is no device to wait
+  for. Only a tensor found non-finite is counted exactly. The work stays in the training
+  thread: a torch reduction wakes torch's OpenMP workers, which inside a training step
+  cost more than the reduction (a ``sum`` of 12.6 M float32 values: 186 ms against
+  3.3 ms for numpy's on the shared 2-core VM under load, 2026-11-23), as the statistics
+  kernel found;
 - a tensor on another device by its NaN, +Inf and -Inf counts, computed there and kept
   there until ``step()``, which reads all of them in one transfer per device.
 
@@ -29,10 +30,17 @@ import torch
 import torch.distributed as dist
 
 from tandv_tb.nonfinite import NonfiniteEntry, merge
+from tandv_tb.stats.finite import has_nonfinite
 from tandv_tb.torch.recorder import DTensor
 from tandv_tb.torch.skips import untrackable_reason
 
 _NUMPY_SUMMED = (torch.float32, torch.float64, torch.float16)
+_PATTERNS = {
+    torch.float32: (torch.float32, "float32"),
+    torch.float64: (torch.float64, "float64"),
+    torch.float16: (torch.float16, "float16"),
+    torch.bfloat16: (torch.int16, "bfloat16"),  # numpy has no bfloat16: its patterns
+}
 
 
 def _counts(tensor: torch.Tensor) -> torch.Tensor:
@@ -42,6 +50,14 @@ def _counts(tensor: torch.Tensor) -> torch.Tensor:
 
 def _on_host(tensor: torch.Tensor) -> bool:
     return tensor.device.type == "cpu"
+
+
+def _may_be_nonfinite(tensor: torch.Tensor) -> bool:
+    """False where a CPU tensor surely holds no NaN/Inf."""
+    pattern = _PATTERNS.get(tensor.dtype)
+    if pattern is not None and tensor.is_contiguous():
+        return has_nonfinite(tensor.view(pattern[0]).numpy(), pattern[1])
+    return not _sum_is_finite(tensor)
 
 
 def _sum_is_finite(tensor: torch.Tensor) -> bool:
@@ -99,7 +115,7 @@ class Watch:
             tensor = tensor.float()
         if not _on_host(tensor):
             return _counts(tensor)
-        if _sum_is_finite(tensor):
+        if not _may_be_nonfinite(tensor):
             return None
         return tuple(_counts(tensor).tolist())
 
