@@ -14,9 +14,15 @@ a ratio to plain, all in one run. ``--watch`` runs only plain training and the w
 variants. The variants take turns, one window of steps each per round, so that the
 machine's load changes hit them alike; compilation is excluded (all are warmed up first).
 
+``--pairs N`` instead times N pairs of steps, a plain step then an untracked step with the
+watch (and a pair with a tracker without it), and prints the median and quartiles of the
+pairs' ratios: neighbouring steps see the same machine load, which a busy shared machine
+changes faster than windows of steps can follow.
+
 ``--kernels`` first times one array's statistics inside ``jax.jit`` (``kernels``).
 
-Run: ``.venv/bin/python bench/overhead_jax.py [--rounds N] [--window STEPS] [--watch] [--kernels]``
+Run: ``.venv/bin/python bench/overhead_jax.py [--rounds N] [--window STEPS] [--watch]
+[--pairs N] [--kernels]``
 """
 
 from __future__ import annotations
@@ -173,6 +179,29 @@ def overhead(rounds: int, window: int = 10, watch_only: bool = False) -> dict[st
     return {label: statistics.median(values) for label, values in times.items()}
 
 
+def paired(pairs: int) -> dict[str, list[float]]:
+    """Ratios of an untracked step (watch on, and off) to the plain step just before it."""
+    training = Training()
+    ratios: dict[str, list[float]] = {"untracked steps, watch": [], "untracked steps, no watch": []}
+    with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
+        steps = {}
+        for label in ratios:
+            watch = label.endswith(", watch")
+            tracker = stack.enter_context(
+                track(logdir=f"{logdir}/{watch}", every=10**9, watch_nonfinite=watch)
+            )
+            steps[label] = functools.partial(training.tracked, tracker)
+            for _ in range(3):  # step 0 is tracked; the watched program compiles
+                steps[label]()
+        for _ in range(3):
+            training.plain()
+        for _ in range(pairs):
+            for label, step in steps.items():
+                plain = timed(training.plain, 1)
+                ratios[label].append(timed(step, 1) / plain)
+    return ratios
+
+
 def kernels(repeats: int = 30) -> None:
     """Best time of one array's statistics inside ``jax.jit``: the CPU kernel as an XLA
     FFI call (what a jitted program on the CPU runs) against the branch-free array kernel
@@ -214,6 +243,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=10, help="steps per window")
     parser.add_argument("--kernels", action="store_true", help="also time the kernels alone")
     parser.add_argument("--watch", action="store_true", help="only the watch's variants")
+    parser.add_argument("--pairs", type=int, default=0, help="time pairs of steps instead")
     args = parser.parse_args()
     if args.kernels:
         kernels()
@@ -221,6 +251,12 @@ def main() -> None:
         f"jax {jax.__version__}, {jax.devices()[0].platform}, {args.rounds} rounds of "
         f"{args.window}-step windows"
     )
+    if args.pairs:
+        for label, ratios in paired(args.pairs).items():
+            q1, median, q3 = statistics.quantiles(ratios, n=4)
+            print(f"{label:40s} median {median:.3f}x of the plain step before it "
+                  f"(quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} pairs)")  # fmt: skip
+        return
     results = overhead(args.rounds, args.window, watch_only=args.watch)
     plain = results["plain"]
     for name, seconds in results.items():

@@ -11,6 +11,11 @@ left out of the timing), with the watch and without; and a floor (a plain step p
 run, the variants interleaved in rounds. ``--watch`` times only plain training and the
 watch's variants (more rounds in the same time).
 
+``--pairs N`` times N pairs of steps, a plain step then an untracked step with the watch
+(and a pair with a tracker without it), each variant its own copy of the model, and
+prints the median and quartiles of the pairs' ratios: neighbouring steps see the same
+machine load, which a busy shared machine changes faster than rounds can follow.
+
 ``--watch-share`` times the watch's own code inside untracked steps (every call of its
 hooks and its work at ``step()``), in wall time and in the training thread's CPU time
 (which time spent waiting for a busy machine's cores does not inflate), beside the
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import resource
 import statistics
 import sys
@@ -143,6 +149,40 @@ def overhead(rounds: int, steps: int, variants: tuple[str, ...] = VARIANTS) -> d
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def paired(pairs: int) -> dict[str, list[float]]:
+    """Ratios of an untracked step (watch on, and off) to the plain step just before it."""
+    plain_model, plain_optimizer = make_model()
+    ratios: dict[str, list[float]] = {UNTRACKED: [], UNTRACKED_OFF: []}
+    with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
+        steps = {}
+        for label in ratios:
+            model, optimizer = make_model()
+            tracker = stack.enter_context(
+                track(
+                    model,
+                    logdir=f"{logdir}/{len(steps)}",
+                    optimizer=optimizer,
+                    every=10**9,
+                    watch_nonfinite=label == UNTRACKED,
+                )
+            )
+            steps[label] = functools.partial(_tracked_step, model, optimizer, tracker)
+            for _ in range(3):  # step 0 is tracked
+                steps[label]()
+        for _ in range(3):
+            train_step(plain_model, plain_optimizer)
+        for _ in range(pairs):
+            for label, step in steps.items():
+                plain = timed(lambda: train_step(plain_model, plain_optimizer), 1)[0]
+                ratios[label].append(timed(step, 1)[0] / plain)
+    return ratios
+
+
+def _tracked_step(model: nn.Module, optimizer: torch.optim.Optimizer, tracker) -> None:
+    train_step(model, optimizer)
+    tracker.step()
+
+
 def watch_share(steps: int) -> tuple[float, float, float]:
     """Medians of the untracked step (watch on) and of the watch's code in it, wall time
     and thread CPU time."""
@@ -226,6 +266,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant a round")
     parser.add_argument("--watch", action="store_true", help="only the watch's variants")
     parser.add_argument("--watch-share", action="store_true", help="the watch's own time")
+    parser.add_argument("--pairs", type=int, default=0, help="time pairs of steps instead")
     parser.add_argument("--memory", action="store_true", help="also measure memory")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -233,6 +274,12 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.steps} steps (every=10: of 10 steps)"
     )
+    if args.pairs:
+        for label, ratios in paired(args.pairs).items():
+            q1, median, q3 = statistics.quantiles(ratios, n=4)
+            print(f"{label:40s} median {median:.3f}x of the plain step before it "
+                  f"(quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} pairs)")  # fmt: skip
+        return
     if args.watch_share:
         step_s, watch_s, cpu_s = watch_share(args.rounds * args.steps)
         print(
