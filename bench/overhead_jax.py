@@ -7,13 +7,22 @@ width 256, 4 heads, feed-forward 1024, 4 blocks of LayerNorm + ``MultiHeadDotPro
 every step, all tensor types; tracking with ``every=10`` (windows of 10 steps, each
 holding one tracked step); and, to show where the time goes, tracking every step
 only the module outputs (``Activation``, ``Gradient``) and only the pytrees given to
-``step`` (``Weight``, ``Weight_Gradient``, ``Optimiser_State``), each as a ratio to plain,
-all in one run. The variants take turns, one window of steps each per round, so that the
+``step`` (``Weight``, ``Weight_Gradient``, ``Optimiser_State``); ``every=10`` without the
+non-finite watch (on by default); and untracked steps alone (``every`` past the run), with
+the watch (its compiled variant that also returns the NaN/Inf counts) and without; each as
+a ratio to plain, all in one run. ``--watch`` runs only plain training and the watch's
+variants. The variants take turns, one window of steps each per round, so that the
 machine's load changes hit them alike; compilation is excluded (all are warmed up first).
+
+``--pairs N`` instead times N pairs of steps, a plain step then an untracked step with the
+watch (and a pair with a tracker without it), and prints the median and quartiles of the
+pairs' ratios: neighbouring steps see the same machine load, which a busy shared machine
+changes faster than windows of steps can follow.
 
 ``--kernels`` first times one array's statistics inside ``jax.jit`` (``kernels``).
 
-Run: ``.venv/bin/python bench/overhead_jax.py [--rounds N] [--window STEPS] [--kernels]``
+Run: ``.venv/bin/python bench/overhead_jax.py [--rounds N] [--window STEPS] [--watch]
+[--pairs N] [--kernels]``
 """
 
 from __future__ import annotations
@@ -130,7 +139,15 @@ class Training:
         jax.block_until_ready(self.params)
 
 
-def overhead(rounds: int, window: int = 10) -> dict[str, float]:
+WATCH_VARIANTS = {
+    "track every=10": dict(every=10),
+    "track every=10, no watch": dict(every=10, watch_nonfinite=False),
+    "untracked steps, watch": dict(every=10**9),
+    "untracked steps, no watch": dict(every=10**9, watch_nonfinite=False),
+}
+
+
+def overhead(rounds: int, window: int = 10, watch_only: bool = False) -> dict[str, float]:
     """Median step time of each variant over windows of ``window`` steps (10 for
     ``every=10``, each window holding one tracked step). The variants take turns, one
     window each per round, so that a change in the machine's load hits them all alike;
@@ -138,16 +155,18 @@ def overhead(rounds: int, window: int = 10) -> dict[str, float]:
     training = Training()
     variants = {
         "track every step": dict(every=1),
-        "track every=10": dict(every=10),
         "module outputs only, every step": dict(every=1, pytrees=False),
         "pytrees only, every step": dict(every=1, outputs=False),
     }
+    variants = {**({} if watch_only else variants), **WATCH_VARIANTS}
     steps: dict[str, tuple[Callable[[], None], int]] = {"plain": (training.plain, window)}
     times: dict[str, list[float]] = {"plain": []}
     with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
         for label, options in variants.items():
-            every = options.pop("every")
-            tracker = stack.enter_context(track(logdir=f"{logdir}/{len(steps)}", every=every))
+            options = dict(options)
+            every, watch = options.pop("every"), options.pop("watch_nonfinite", True)
+            run = f"{logdir}/{len(steps)}"
+            tracker = stack.enter_context(track(logdir=run, every=every, watch_nonfinite=watch))
             step = functools.partial(training.tracked, tracker, **options)
             steps[label] = (step, 10 if every == 10 else window)
             times[label] = []
@@ -158,6 +177,29 @@ def overhead(rounds: int, window: int = 10) -> dict[str, float]:
             for label, (step, steps_per_window) in steps.items():
                 times[label].append(timed(step, steps_per_window, window=steps_per_window))
     return {label: statistics.median(values) for label, values in times.items()}
+
+
+def paired(pairs: int) -> dict[str, list[float]]:
+    """Ratios of an untracked step (watch on, and off) to the plain step just before it."""
+    training = Training()
+    ratios: dict[str, list[float]] = {"untracked steps, watch": [], "untracked steps, no watch": []}
+    with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
+        steps = {}
+        for label in ratios:
+            watch = label.endswith(", watch")
+            tracker = stack.enter_context(
+                track(logdir=f"{logdir}/{watch}", every=10**9, watch_nonfinite=watch)
+            )
+            steps[label] = functools.partial(training.tracked, tracker)
+            for _ in range(3):  # step 0 is tracked; the watched program compiles
+                steps[label]()
+        for _ in range(3):
+            training.plain()
+        for _ in range(pairs):
+            for label, step in steps.items():
+                plain = timed(training.plain, 1)
+                ratios[label].append(timed(step, 1) / plain)
+    return ratios
 
 
 def kernels(repeats: int = 30) -> None:
@@ -200,6 +242,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed windows per variant")
     parser.add_argument("--window", type=int, default=10, help="steps per window")
     parser.add_argument("--kernels", action="store_true", help="also time the kernels alone")
+    parser.add_argument("--watch", action="store_true", help="only the watch's variants")
+    parser.add_argument("--pairs", type=int, default=0, help="time pairs of steps instead")
     args = parser.parse_args()
     if args.kernels:
         kernels()
@@ -207,7 +251,13 @@ def main() -> None:
         f"jax {jax.__version__}, {jax.devices()[0].platform}, {args.rounds} rounds of "
         f"{args.window}-step windows"
     )
-    results = overhead(args.rounds, args.window)
+    if args.pairs:
+        for label, ratios in paired(args.pairs).items():
+            q1, median, q3 = statistics.quantiles(ratios, n=4)
+            print(f"{label:40s} median {median:.3f}x of the plain step before it "
+                  f"(quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} pairs)")  # fmt: skip
+        return
+    results = overhead(args.rounds, args.window, watch_only=args.watch)
     plain = results["plain"]
     for name, seconds in results.items():
         print(f"{name:40s} {seconds * 1000:9.1f} ms  {seconds / plain:6.2f}x")

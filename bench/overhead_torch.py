@@ -4,9 +4,22 @@ A GPT-style decoder (vocabulary 512, width 256, 4 heads, feed-forward 1024, 4 bl
 LayerNorm + ``nn.MultiheadAttention`` + MLP), sequence 128, batch 16, AdamW, random tokens,
 CPU float32, ``torch.set_num_threads(2)``. Prints the median step time of: plain training;
 tracking every step, all tensor types; tracking with ``every=10`` (the mean over a window
-of 10 steps, one of them tracked, median over windows); and a floor (a plain step plus one
+of 10 steps, one of them tracked, median over windows), with the non-finite watch (the
+default) and without; untracked steps alone (``every`` past the run, its tracked step 0
+left out of the timing), with the watch and without; and a floor (a plain step plus one
 ``sum()`` over every tensor that full tracking reads), each as a ratio to plain, all in one
-run, the variants interleaved in rounds.
+run, the variants interleaved in rounds. ``--watch`` times only plain training and the
+watch's variants (more rounds in the same time).
+
+``--pairs N`` times N pairs of steps, a plain step then an untracked step with the watch
+(and a pair with a tracker without it), each variant its own copy of the model, and
+prints the median and quartiles of the pairs' ratios: neighbouring steps see the same
+machine load, which a busy shared machine changes faster than rounds can follow.
+
+``--watch-share`` times the watch's own code inside untracked steps (every call of its
+hooks and its work at ``step()``), in wall time and in the training thread's CPU time
+(which time spent waiting for a busy machine's cores does not inflate), beside the
+untracked step's wall time.
 
 ``--track-inputs`` instead compares, step by step, plain training, tracking and tracking
 with ``track_inputs=True`` (module inputs and their gradients as well): two trackers with
@@ -16,14 +29,15 @@ inputs, plain, ... (on a loaded machine whose speed drifts, the finest interleav
 ``--memory`` also trains a small model for 2,000 tracked steps and prints the resident
 memory after 100 and after 2,000 steps (the tracker must keep nothing across steps).
 
-Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--track-inputs]
-[--memory]``
+Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--watch]
+[--track-inputs] [--memory]``
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import resource
 import statistics
 import sys
@@ -40,7 +54,10 @@ from tandv_tb.torch import track  # noqa: E402
 from tests.test_torch_support import GPT, gpt_loss  # noqa: E402
 
 FLOOR = "floor (plain + one sum per tensor)"
-VARIANTS = ("plain", "track every step", "track every=10", FLOOR)
+EVERY10, EVERY10_OFF = "track every=10", "track every=10, no watch"
+UNTRACKED, UNTRACKED_OFF = "untracked steps, watch", "untracked steps, no watch"
+VARIANTS = ("plain", "track every step", EVERY10, EVERY10_OFF, UNTRACKED, UNTRACKED_OFF, FLOOR)
+WATCH_VARIANTS = ("plain", EVERY10, EVERY10_OFF, UNTRACKED, UNTRACKED_OFF)
 VOCAB, WIDTH, HEADS, HIDDEN, DEPTH, LENGTH, BATCH = 512, 256, 4, 1024, 4, 128, 16
 
 
@@ -103,29 +120,38 @@ def floor_hooks(model: nn.Module, optimizer: torch.optim.Optimizer):
             handle.remove()
 
 
-def overhead(rounds: int, steps: int) -> dict[str, float]:
+def overhead(rounds: int, steps: int, variants: tuple[str, ...] = VARIANTS) -> dict[str, float]:
     """Median step time of each variant, run in interleaved rounds (so that a machine
     whose load drifts slows every variant alike); ``every=10`` is timed over whole
     windows of 10 steps, one of them tracked."""
     model, optimizer = make_model()
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    times: dict[str, list[float]] = {name: [] for name in variants}
 
     def train() -> None:
         train_step(model, optimizer)
+
+    def tracked(run: str, **options):
+        return track(model, logdir=run, optimizer=optimizer, **options)
 
     for _ in range(3):
         train()
     with tempfile.TemporaryDirectory() as logdir:
         for round_ in range(rounds):
             times["plain"] += timed(train, steps)
-            with track(model, logdir=f"{logdir}/all{round_}", optimizer=optimizer) as tracker:
-                times["track every step"] += timed(lambda: (train(), tracker.step()), steps)
-            run = f"{logdir}/every10_{round_}"
-            with track(model, logdir=run, optimizer=optimizer, every=10) as tracker:
-                window = timed(lambda: (train(), tracker.step()), 10)
-                times["track every=10"].append(sum(window) / len(window))
-            with floor_hooks(model, optimizer) as at_step:
-                times[FLOOR] += timed(lambda: (train(), at_step()), steps)
+            if "track every step" in variants:
+                with tracked(f"{logdir}/all{round_}") as tracker:
+                    times["track every step"] += timed(lambda: (train(), tracker.step()), steps)
+            for name, watch in ((EVERY10, True), (EVERY10_OFF, False)):
+                with tracked(f"{logdir}/{name}{round_}", every=10, watch_nonfinite=watch) as t:
+                    window = timed(lambda: (train(), t.step()), 10)
+                    times[name].append(sum(window) / len(window))
+            for name, watch in ((UNTRACKED, True), (UNTRACKED_OFF, False)):
+                with tracked(f"{logdir}/{name}{round_}", every=10**9, watch_nonfinite=watch) as t:
+                    train(), t.step()  # step 0 is tracked
+                    times[name] += timed(lambda: (train(), t.step()), steps)
+            if FLOOR in variants:
+                with floor_hooks(model, optimizer) as at_step:
+                    times[FLOOR] += timed(lambda: (train(), at_step()), steps)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -153,6 +179,88 @@ def inputs_overhead(rounds: int, steps: int) -> dict[str, float]:
             inputs.step()
             times[kinds[(step + 1) % 3]].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def paired(pairs: int) -> dict[str, list[float]]:
+    """Ratios of an untracked step (watch on, and off) to the plain step just before it."""
+    plain_model, plain_optimizer = make_model()
+    ratios: dict[str, list[float]] = {UNTRACKED: [], UNTRACKED_OFF: []}
+    with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
+        steps = {}
+        for label in ratios:
+            model, optimizer = make_model()
+            tracker = stack.enter_context(
+                track(
+                    model,
+                    logdir=f"{logdir}/{len(steps)}",
+                    optimizer=optimizer,
+                    every=10**9,
+                    watch_nonfinite=label == UNTRACKED,
+                )
+            )
+            steps[label] = functools.partial(_tracked_step, model, optimizer, tracker)
+            for _ in range(3):  # step 0 is tracked
+                steps[label]()
+        for _ in range(3):
+            train_step(plain_model, plain_optimizer)
+        for _ in range(pairs):
+            for label, step in steps.items():
+                plain = timed(lambda: train_step(plain_model, plain_optimizer), 1)[0]
+                ratios[label].append(timed(step, 1)[0] / plain)
+    return ratios
+
+
+def _tracked_step(model: nn.Module, optimizer: torch.optim.Optimizer, tracker) -> None:
+    train_step(model, optimizer)
+    tracker.step()
+
+
+def watch_share(steps: int) -> tuple[float, float, float]:
+    """Medians of the untracked step (watch on) and of the watch's code in it, wall time
+    and thread CPU time."""
+    from tandv_tb.torch import hooks, tracker
+
+    spent = [0.0, 0.0]
+
+    def timing(function):
+        def timed_function(*args, **kwargs):
+            start, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - start
+                spent[1] += time.thread_time() - cpu
+
+        return timed_function
+
+    patched = {
+        (hooks.ModuleHooks, "_watch_output"),
+        (hooks.ModuleHooks, "_watch_gradient"),
+        (tracker.Tracker, "_watched_step"),
+    }
+    originals = {(owner, name): getattr(owner, name) for owner, name in patched}
+    for (owner, name), function in originals.items():
+        setattr(owner, name, timing(function))
+    model, optimizer = make_model()
+    steps_s, watch_s, watch_cpu_s = [], [], []
+    try:
+        with (
+            tempfile.TemporaryDirectory() as logdir,
+            track(model, logdir=logdir, optimizer=optimizer, every=10**9) as t,
+        ):
+            for step in range(steps + 2):  # step 0 is tracked, step 1 warms up
+                spent[:] = [0.0, 0.0]
+                start = time.perf_counter()
+                train_step(model, optimizer)
+                t.step()
+                if step >= 2:
+                    steps_s.append(time.perf_counter() - start)
+                    watch_s.append(spent[0])
+                    watch_cpu_s.append(spent[1])
+    finally:
+        for (owner, name), function in originals.items():
+            setattr(owner, name, function)
+    return tuple(statistics.median(v) for v in (steps_s, watch_s, watch_cpu_s))
 
 
 def resident_mb() -> float:
@@ -188,20 +296,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant a round")
-    parser.add_argument("--memory", action="store_true", help="also measure memory")
+    parser.add_argument("--watch", action="store_true", help="only the watch's variants")
+    parser.add_argument("--watch-share", action="store_true", help="the watch's own time")
+    parser.add_argument("--pairs", type=int, default=0, help="time pairs of steps instead")
     parser.add_argument(
-        "--track-inputs", action="store_true", help="also time tracking with track_inputs=True"
+        "--track-inputs", action="store_true", help="time tracking with track_inputs=True"
     )
+    parser.add_argument("--memory", action="store_true", help="also measure memory")
     args = parser.parse_args()
     torch.set_num_threads(2)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.steps} steps (every=10: of 10 steps)"
     )
+    if args.pairs:
+        for label, ratios in paired(args.pairs).items():
+            q1, median, q3 = statistics.quantiles(ratios, n=4)
+            print(f"{label:40s} median {median:.3f}x of the plain step before it "
+                  f"(quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} pairs)")  # fmt: skip
+        return
+    if args.watch_share:
+        step_s, watch_s, cpu_s = watch_share(args.rounds * args.steps)
+        print(
+            f"untracked step with the watch {step_s * 1000:.1f} ms, of which the watch "
+            f"{watch_s * 1000:.1f} ms wall ({watch_s / (step_s - watch_s):.1%} of the rest), "
+            f"{cpu_s * 1000:.1f} ms CPU"
+        )
+        return
     if args.track_inputs:
         results = inputs_overhead(args.rounds, args.steps)
     else:
-        results = overhead(args.rounds, args.steps)
+        results = overhead(args.rounds, args.steps, WATCH_VARIANTS if args.watch else VARIANTS)
     plain = results["plain"]
     for name, seconds in results.items():
         print(f"{name:40s} {seconds * 1000:9.1f} ms  {seconds / plain:6.2f}x")

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tandv_tb.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import track
 from tests.test_torch_support import assert_same, expected, read_records
 
@@ -144,9 +145,30 @@ def _train_uneven(logdir: str) -> dict:
     return {"seen": kept}
 
 
+def _train_watch(logdir: str) -> dict:
+    """NaN in rank 1's batch only, at step 3, off the cadence (every=5)."""
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(100 + rank)
+    with track(ddp, logdir=f"{logdir}/watch", optimizer=optimizer, every=5) as tracker:
+        for step in range(6):
+            x = torch.randn(6, 4, generator=generator)
+            if step == 3 and rank == 1:
+                x[0] = float("nan")
+            optimizer.zero_grad()
+            ddp(x).square().mean().backward()
+            optimizer.step()
+            tracker.step()
+    return {}
+
+
 def main(logdir: str) -> None:
     dist.init_process_group("gloo")
     saved = {"ddp": _train_ddp(logdir), "fsdp": _train_fsdp(logdir)}
+    saved["watch"] = _train_watch(logdir)
     saved["uneven"] = _train_uneven(logdir)
     saved["fsdp1"] = _train_fsdp1(logdir)
     torch.save(saved, f"{logdir}/rank{dist.get_rank()}.pt")
@@ -237,6 +259,17 @@ def test_tensors_tracked_on_some_ranks_only_or_in_other_dtypes(two_ranks):
     assert only["Activation", "a"][0].dtype == torch.bfloat16
     assert_same(records["a", "Activation", 1].record, expected(both))
     assert {s for n, t, s in records if n == "a"} == {0, 1, 2}
+
+
+def test_a_nan_on_one_rank_is_named_and_every_rank_tracks_the_next_step(two_ranks):
+    logdir, _ = two_ranks
+    found = read_nonfinite(logdir / "watch")
+    assert found[0].step == 3
+    assert found[0].entries[0] == NonfiniteEntry("Activation", "0", 5, 0, 0)  # rank 1's row
+    # the averaged gradients are NaN on both ranks; replicated weights counted once
+    weight_gradient = {e.name: e for e in found[0].entries if e.tensor_type == "Weight_Gradient"}
+    assert weight_gradient["0.weight"].nan == 20
+    assert {s for _, _, s in read_records(str(logdir / "watch"))} == {0, 4, 5}
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -12,7 +13,8 @@ from torch import nn
 
 import tandv_tb
 from tandv_tb.nonfinite import NonfiniteEntry, read_nonfinite
-from tandv_tb.torch import track
+from tandv_tb.stats.finite import has_nonfinite
+from tandv_tb.torch import track, watch
 from tests.test_torch_support import GPT, gpt_loss
 
 NAN, INF = float("nan"), float("inf")
@@ -109,6 +111,22 @@ def test_nan_off_the_cadence_is_named_and_the_next_step_is_tracked(tmp_path):
     assert not any(e.tensor_type.startswith("Optimiser") for s in found for e in s.entries)
 
 
+def test_counts_kept_on_the_device_give_the_same_record(tmp_path, monkeypatch):
+    """The path for GPU tensors (counts computed on the device, read at ``step()``), here
+    taken by CPU tensors: no GPU on the test machines."""
+
+    def run(logdir):
+        poison = Poison({7: [NAN, NAN, INF, -INF, NAN]})
+        model = nn.Sequential(nn.Linear(6, 6), poison, nn.Linear(6, 1))
+        _train(model, logdir, 9, on_step=lambda s: setattr(poison, "step", s), every=5)
+        return read_nonfinite(logdir)
+
+    on_host = run(tmp_path / "host")
+    monkeypatch.setattr(watch, "_on_host", lambda tensor: False)
+    assert run(tmp_path / "device") == on_host
+    assert on_host[0].step == 7
+
+
 def test_counts_equal_numpy_on_tracked_and_untracked_steps(tmp_path):
     bad = [INF, INF, -INF, NAN, 1.0, -INF, INF]
     poison = Poison({2: bad, 4: bad})  # every=2: step 4 tracked, step 2 tracked, 3 not
@@ -151,9 +169,32 @@ def test_a_nan_born_in_the_backward_pass_names_the_gradient_first(tmp_path):
     assert ("Weight_Gradient", "0.weight") in {(e.tensor_type, e.name) for e in entries}
 
 
+class Transposed(nn.Module):
+    def forward(self, x):
+        return x.t()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_the_bit_pattern_check_finds_nan_and_inf_and_only_them(dtype):
+    numpy_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    values = np.random.default_rng(0).standard_normal(1001).astype(numpy_dtype)
+    largest = ml_dtypes.finfo(numpy_dtype).max
+    values[3], values[4], values[5] = (
+        largest,
+        -largest,
+        ml_dtypes.finfo(numpy_dtype).smallest_subnormal,
+    )
+    assert not has_nonfinite(values, dtype)
+    assert not has_nonfinite(values[:0], dtype)
+    for bad in (NAN, INF, -INF):
+        poisoned = values.copy()
+        poisoned[517] = bad
+        assert has_nonfinite(poisoned, dtype)
+
+
 def test_finite_values_whose_sum_overflows_write_nothing(tmp_path):
     poison = Poison({1: [3e38] * 36})  # finite, but their float32 sum is +inf
-    model = nn.Sequential(poison, nn.Identity())
+    model = nn.Sequential(poison, Transposed())  # a strided output: checked by its sum
     model.requires_grad_(False)
     scale = nn.Parameter(torch.ones(()))
     optimizer = torch.optim.SGD([scale], lr=1e-2)
@@ -166,6 +207,7 @@ def test_finite_values_whose_sum_overflows_write_nothing(tmp_path):
             optimizer.step()
             tracker.step()
     assert torch.isinf(poison.outputs[1].sum())
+    assert not model(torch.randn(8, 6)).is_contiguous()
     assert read_nonfinite(tmp_path) == []
     assert sorted(_steps(tmp_path)) == [0]
 

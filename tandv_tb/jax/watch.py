@@ -72,7 +72,9 @@ class WatchResults:
     """One untracked step's counts, still on their devices, in the order recorded."""
 
     def __init__(self) -> None:
-        self._parts: list[Packed | tuple[str, str, jax.Array]] = []
+        # a compiled call's counts; one value's (name, tensor type, counts); or the arrays
+        # read at step(): ([(name, tensor type), ...], their counts, one row each)
+        self._parts: list[Packed | tuple[str, str, jax.Array] | tuple[list, jax.Array]] = []
 
     def add_packed(self, pack: Packed) -> None:
         self._parts.append(pack)
@@ -82,15 +84,15 @@ class WatchResults:
 
     def add_arrays(self, named: list[tuple[str, str, object]]) -> None:
         """Arrays read at ``step()`` (weights, gradients, optimizer state), in one program."""
-        if named:
+        if named:  # the rows are split on the host (indexing a jax array costs 40 us)
             found = _counts_of([value for _, _, value in named])
-            self._parts += [(n, t, found[i]) for i, (n, t, _) in enumerate(named)]
+            self._parts.append(([(n, t) for n, t, _ in named], found))
 
     def drain(self) -> list[NonfiniteEntry]:
         """The step's entries in execution order, after one transfer; empty afterwards."""
         parts, self._parts = self._parts, []
         host = jax.device_get(
-            [(p.layout, p.counts) if isinstance(p, Packed) else p[2] for p in parts]
+            [(p.layout, p.counts) if isinstance(p, Packed) else p[-1] for p in parts]
         )
         observed = []
         for part, fetched in zip(parts, host):
@@ -99,6 +101,8 @@ class WatchResults:
                 slots = part.layouts[int(layout)]
                 rows = np.asarray(packed).reshape(len(slots), 3)
                 observed += [(s.name, s.tensor_type, row) for s, row in zip(slots, rows)]
+            elif len(part) == 2:
+                observed += [(n, t, row) for (n, t), row in zip(part[0], np.asarray(fetched))]
             else:
                 observed.append((part[0], part[1], fetched))
         return merge(observed)

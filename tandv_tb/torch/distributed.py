@@ -73,6 +73,8 @@ class RankCombiner:
         nccl = "nccl" in str(dist.get_backend(group))
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
         self._layout: dict[tuple[str, str], Place] = {}
+        #: Whether some rank's tensors held NaN/Inf at the last ``combine`` (on every rank).
+        self.nonfinite = False
 
     def combine(
         self, entries: Sequence[Entry], parts: Sequence[TensorStats]
@@ -90,7 +92,17 @@ class RankCombiner:
             self._extend(unknown)
             packed, _ = self._pack(local)
             total = self._all_reduce(packed)
+        self.nonfinite = self._any_nonfinite(total)
         return self._unpack(total) if self.rank == 0 else []
+
+    def _any_nonfinite(self, total: np.ndarray) -> bool:
+        start = 1
+        for place in self._layout.values():
+            head = total[start : start + self._head_length(place)]
+            if head[0] > 0 and head[3:6].any():  # present; its NaN, +Inf, -Inf counts
+                return True
+            start += len(head)
+        return False
 
     def _all_reduce(self, packed: np.ndarray) -> np.ndarray:
         tensor = torch.from_numpy(packed)

@@ -195,14 +195,15 @@ class Tracker:
         entries = self._recorder.drain()
         parts = fetch_merged(entries) if entries else []
         results = list(zip(entries, parts))
-        found = self._nonfinite(results)
-        tripped = bool(found)
         if self._combiner is not None:
             local = [(e, s) for e, s in results if not e.combined]  # replicated: rank 0's
             results = local + self._combiner.combine(*_unzip(r for r in results if r[0].combined))
-            if self._watch is not None:  # every rank must agree on tracking the next step
-                tripped = bool(across_ranks(found, self._combiner.group, self._combiner.device))
-                found = self._nonfinite(results) if tripped else []
+        found = self._nonfinite(results)
+        tripped = bool(found)
+        if self._combiner is not None:
+            # Every rank must agree on tracking the next step: the combined sums say it on
+            # every rank (NaN/Inf in replicated tensors alone is written, not followed).
+            tripped = self._watch is not None and self._combiner.nonfinite
         if self._writer is not None:
             self._writer.add_records(
                 self._step,
