@@ -283,3 +283,21 @@ def test_steps_out_of_order_and_a_step_written_again_keep_the_later_record(tmp_p
     assert rows.steps.tolist() == [0, 3, 4, 5, 9]
     expected = [np.float32(written[s]) for s in (0, 3, 4, 5, 9)]
     assert rows.columns["max_abs"].tolist() == expected
+
+
+def test_the_watch_record_is_no_layer_and_no_skipped_tag(tmp_path):
+    from tandv_tb.nonfinite import NonfiniteEntry
+    from tests.plugin_helpers import TensorBoardApp
+
+    rng = np.random.default_rng(1)
+    with NumericsWriter(str(tmp_path / "r")) as writer:
+        for step in range(3):
+            entries = [NonfiniteEntry("Activation", "x", 1, 0, 0)] if step == 1 else ()
+            writer.add_records(step, [RecordItem("x", make_record(rng, "float32"))], entries)
+    app = TensorBoardApp(tmp_path, "python")
+    try:
+        body = app.json("runs")
+        assert body["skipped"] == []
+        assert body["runs"][0]["tensor_types"] == ["Activation"]
+    finally:
+        app.close()

@@ -134,7 +134,8 @@ class Listing:
             series = tags[tag]
             info, reason = self._tag_info(series.plugin_content, run, tag)
             if info is None:
-                skipped.append((tag, reason))
+                if reason:  # empty: a tag of this plugin that holds no numerics
+                    skipped.append((tag, reason))
                 continue
             key = (info.tensor_type, info.name)
             if key in entries:
@@ -145,10 +146,13 @@ class Listing:
         return RunIndex(run, entries, tuple(skipped))
 
     def _tag_info(self, content: bytes, run: str, tag: str) -> tuple[metadata.TagInfo | None, str]:
-        """The tag's parsed metadata, or None and why it is refused (cached by content)."""
+        """The tag's parsed metadata, or None and why it is refused ("" for a tag that
+        holds no numerics, left out silently); cached by content."""
         if content not in self._infos:
             try:
                 self._infos[content] = (metadata.parse_plugin_metadata(content), "")
+            except metadata.NotNumerics:  # the non-finite watch's record: not a layer
+                self._infos[content] = (None, "")
             except (ValueError, TypeError, KeyError) as error:  # UnsupportedVersion included
                 logger.warning("skipping numerics tag %r of run %r: %s", tag, run, error)
                 self._infos[content] = (None, str(error))
