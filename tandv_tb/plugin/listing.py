@@ -26,15 +26,6 @@ logger = logging.getLogger(__name__)
 LISTING_TTL = 1.0
 
 
-def tensor_type_key(tensor_type: str) -> tuple:
-    """Sort key of tensor types: the contract's order, optimiser states next, others last."""
-    if tensor_type in metadata.TENSOR_TYPES:
-        return (0, metadata.TENSOR_TYPES.index(tensor_type), "")
-    if tensor_type.startswith("Optimiser_State."):
-        return (1, 0, tensor_type)
-    return (2, 0, tensor_type)
-
-
 @dataclasses.dataclass(frozen=True)
 class TagEntry:
     """One numerics tag of a run, with its parsed metadata and last step."""
@@ -53,7 +44,7 @@ class RunIndex:
     skipped: tuple[tuple[str, str], ...] = ()  # (tag, reason) of the tags left out
 
     def tensor_types(self) -> list[str]:
-        return sorted({t for t, _ in self.entries}, key=tensor_type_key)
+        return sorted({t for t, _ in self.entries}, key=metadata.tensor_type_key)
 
     def layers(self, tensor_type: str) -> list[TagEntry]:
         """The layers of a tensor type in model order; 404 for an unknown type."""

@@ -103,7 +103,7 @@ def runs(query: Query) -> dict:
         listed.append(
             {
                 "run": run,
-                "tensor_types": sorted(index.tensor_types(), key=metadata.tensor_type_key),
+                "tensor_types": index.tensor_types(),
                 "formats": recorded,
                 "layer_count": len({e.info.name for e in entries}),
                 "max_step": max(e.max_step for e in entries),
