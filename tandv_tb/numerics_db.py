@@ -114,7 +114,7 @@ class Rows:
         """The slice of one tag's rows (empty for a tag without rows)."""
         if self._bounds is None:
             ids = self.tag_ids
-            starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+            starts = np.flatnonzero(np.concatenate((ids[:1] == ids[:1], ids[1:] != ids[:-1])))
             ends = np.append(starts[1:], len(ids))
             self._bounds = dict(zip(ids[starts].tolist(), zip(starts.tolist(), ends.tolist())))
         return self._bounds.get(tag_id, (0, 0))
