@@ -1,0 +1,139 @@
+/**
+ * The Findings card's list: what went wrong in the ticked runs (the ``findings`` route),
+ * most severe first. Errors and warnings are listed, a few of each kind, the rest of a kind
+ * folded away; info findings (scales, loss spikes: often hundreds) sit in one closed section
+ * so they never bury an error. Every finding is a button that asks the app to show it.
+ * Names and messages enter the page as text only.
+ */
+
+import type { Finding, FindingsResponse } from "./api";
+import { h, replaceChildren } from "./dom";
+
+const SEVERITIES = ["error", "warning", "info"] as const;
+/** Findings of one severity and kind listed before the rest of that kind fold away. */
+const SHOWN_PER_KIND = 3;
+/** At most this many findings drawn per severity and kind (``tandv-tb findings`` lists all). */
+const MAX_PER_KIND = 500;
+
+const PLURAL: Record<string, string> = { error: "errors", warning: "warnings", info: "info" };
+
+export class FindingsList {
+  readonly root = h("div", { class: "tv-findings" });
+  private buttons = new Map<Finding, HTMLButtonElement>();
+
+  constructor(private readonly choose: (finding: Finding) => void) {}
+
+  clear(): void {
+    this.buttons.clear();
+    this.root.replaceChildren();
+  }
+
+  /** Draw ``data``'s findings; ``colours`` maps a run to its colour. */
+  render(data: FindingsResponse, colours: Map<string, string>): void {
+    this.buttons.clear();
+    const bySeverity = new Map<string, Finding[]>(SEVERITIES.map((s) => [s, []]));
+    for (const finding of data.findings) bySeverity.get(finding.severity)?.push(finding);
+    const counts = SEVERITIES.filter((s) => bySeverity.get(s)?.length).map(
+      (s) => `${bySeverity.get(s)?.length} ${PLURAL[s]}`,
+    );
+    const sections: HTMLElement[] = [
+      h("div", { class: "tv-findings-summary tv-muted", text: counts.join(" · ") }),
+    ];
+    for (const severity of SEVERITIES) {
+      const found = bySeverity.get(severity) ?? [];
+      if (!found.length) continue;
+      const groups = byKind(found).map(([kind, items]) => this.group(kind, items, colours));
+      if (severity === "info") {
+        sections.push(
+          h("details", { class: "tv-findings-info", data: { severity } }, [
+            h("summary", { text: `${found.length} info (${kinds(found)})` }),
+            ...groups,
+          ]),
+        );
+      } else {
+        sections.push(h("div", { class: "tv-findings-section", data: { severity } }, groups));
+      }
+    }
+    replaceChildren(this.root, sections);
+  }
+
+  /** Mark ``finding`` as the one shown. */
+  mark(finding: Finding): void {
+    for (const [item, button] of this.buttons) {
+      button.setAttribute("aria-pressed", String(item === finding));
+    }
+  }
+
+  private group(kind: string, items: Finding[], colours: Map<string, string>): HTMLElement {
+    const drawn = items.slice(0, MAX_PER_KIND);
+    const rows = drawn.map((finding) => this.row(finding, colours));
+    const shown = rows.slice(0, SHOWN_PER_KIND);
+    const rest = rows.slice(SHOWN_PER_KIND);
+    const left = items.length - drawn.length;
+    return h("div", { class: "tv-findings-group", data: { kind } }, [
+      ...shown,
+      rest.length
+        ? h("details", { class: "tv-findings-more" }, [
+            h("summary", { text: `${items.length - SHOWN_PER_KIND} more ${kind}` }),
+            ...rest,
+            left
+              ? h("div", {
+                  class: "tv-muted",
+                  text: `and ${left} more: run tandv-tb findings LOGDIR for the full list`,
+                })
+              : null,
+          ])
+        : null,
+    ]);
+  }
+
+  private row(finding: Finding, colours: Map<string, string>): HTMLButtonElement {
+    const button = h(
+      "button",
+      {
+        class: `tv-finding tv-severity-${finding.severity}`,
+        title: "Show this layer and step in the heatmap and the histogram",
+        attrs: { type: "button", "aria-pressed": "false" },
+        data: {
+          severity: finding.severity,
+          kind: finding.kind,
+          run: finding.run,
+          step: String(finding.step),
+          tensorType: finding.tensor_type,
+          layer: finding.name,
+        },
+        on: { click: () => this.choose(finding) },
+      },
+      [
+        h("span", { class: "tv-finding-badge", text: finding.kind }),
+        h("span", { class: "tv-finding-where" }, [
+          h("span", {
+            class: "tv-swatch",
+            attrs: { style: `background:${colours.get(finding.run) ?? "#888"}` },
+          }),
+          `${finding.run} · step ${finding.step}`,
+        ]),
+        h("span", { class: "tv-finding-message", text: finding.message }),
+      ],
+    );
+    this.buttons.set(finding, button);
+    return button;
+  }
+}
+
+/** ``findings`` grouped by kind, kinds in order of their first finding. */
+function byKind(findings: Finding[]): [string, Finding[]][] {
+  const groups = new Map<string, Finding[]>();
+  for (const finding of findings) {
+    const list = groups.get(finding.kind) ?? [];
+    list.push(finding);
+    groups.set(finding.kind, list);
+  }
+  return [...groups];
+}
+
+function kinds(findings: Finding[]): string {
+  return byKind(findings)
+    .map(([kind, items]) => `${items.length} ${kind}`)
+    .join(", ");
+}
