@@ -104,6 +104,8 @@ export class App {
   private readonly formatColours = new FormatColours();
   private readonly controllers = new Map<string, AbortController>();
   private refreshing: Promise<void> | null = null;
+  /** A layer (of a clicked finding) whose groups open once its heatmap has loaded. */
+  private revealLayer = "";
   private refreshAgain = false;
 
   private readonly toolbar = h("header", { class: "tv-toolbar" });
@@ -345,9 +347,26 @@ export class App {
       if (s.layerRegex && !safeMatch(s.layerRegex, finding.name)) patch.layerRegex = "";
     }
     if (s.window && (finding.step < s.window[0] || finding.step > s.window[1])) patch.window = null;
+    const sameRows =
+      finding.run === s.heatmapRun && (patch.tensorType ?? s.tensorType) === s.tensorType;
+    if (finding.name && sameRows && this.heatmapData) patch.toggled = this.opened(finding.name);
+    else this.revealLayer = finding.name;
     this.findings.mark(finding);
     this.update(patch);
     if (patch.layerRegex !== undefined) this.renderToolbar();
+  }
+
+  /** ``toggled`` with every group holding ``layer`` open. */
+  private opened(layer: string): string[] {
+    const toggled = new Set(this.state.toggled);
+    const parts = layer.split(".");
+    for (let depth = 1; depth < parts.length; depth++) {
+      const prefix = parts.slice(0, depth).join(".");
+      if (this.isExpanded(prefix)) continue;
+      if (toggled.has(prefix)) toggled.delete(prefix);
+      else toggled.add(prefix);
+    }
+    return [...toggled];
   }
 
   private toggleGroup(prefix: string): void {
@@ -590,6 +609,11 @@ export class App {
       data.layers.map((layer) => layer.layer),
       AUTO_ROWS,
     );
+    if (this.revealLayer) {
+      this.state = { ...this.state, toggled: this.opened(this.revealLayer) };
+      this.revealLayer = "";
+      saveState(this.state);
+    }
     if (data.layers.length === 0) {
       this.heatmap.root.hidden = true;
       this.heatCard.showEmpty(
