@@ -22,9 +22,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from demo.corpus import stdlib_bytes  # noqa: E402
 
-#: The tab on the demo's story: both torch runs ticked, so the Findings card compares them.
-STORY_URL = "http://localhost:6006/#tandv&p.tandv.runs=torch/lr_2e-1,torch/lr_3e-3"
-
 RUNS = {
     "torch/lr_3e-3": ("torch", 3e-3),
     "torch/lr_2e-1": ("torch", 2e-1),
@@ -73,7 +70,6 @@ def main(argv: list[str] | None = None) -> None:
         import_tandv_frame(args.logdir / "torch" / "lr_3e-3", imported)
         (imported / ".done").touch()
     print(f"demo runs ready in {args.logdir}")
-    print(f"Numerics tab with both torch runs ticked (their findings first): {STORY_URL}")
 
 
 if __name__ == "__main__":

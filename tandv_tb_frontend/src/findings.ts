@@ -33,9 +33,10 @@ export class FindingsList {
     this.buttons.clear();
     const bySeverity = new Map<string, Finding[]>(SEVERITIES.map((s) => [s, []]));
     for (const finding of data.findings) bySeverity.get(finding.severity)?.push(finding);
-    const counts = SEVERITIES.filter((s) => bySeverity.get(s)?.length).map(
-      (s) => `${bySeverity.get(s)?.length} ${PLURAL[s]}`,
-    );
+    const counts = SEVERITIES.filter((s) => bySeverity.get(s)?.length).map((s) => {
+      const count = bySeverity.get(s)?.length ?? 0;
+      return `${count} ${count === 1 ? s : PLURAL[s]}`;
+    });
     const sections: HTMLElement[] = [
       h("div", { class: "tv-findings-summary tv-muted", text: counts.join(" · ") }),
     ];
