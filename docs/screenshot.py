@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
         browser.close()
         if problems:
             raise SystemExit(f"the page reported problems: {problems}")
+    (args.logdir.resolve().parent / f"tensorboard_{args.logdir.resolve().name}.log").unlink(
+        missing_ok=True
+    )  # the server's log, left by ``serve``
     print(f"wrote {args.out}")
 
 
