@@ -214,3 +214,25 @@ def test_difference_heatmap_is_the_two_runs_heatmaps_subtracted(tab, tensorboard
     tooltip = tab.frame.locator(".tv-tooltip")
     tooltip.wait_for(state="visible")
     assert "clean − poisoned" in tooltip.inner_text()
+
+
+def test_a_divergence_opens_as_the_difference_of_its_runs(tab):
+    """The two runs (another learning rate) part at once; a click on that finding shows the
+    first run minus the other, the tensor's cell marked."""
+    tick(tab, "poisoned")
+    findings_ready(tab)
+    divergence = tab.frame.locator('.tv-finding[data-kind="divergence"]')
+    assert divergence.count() == 1
+    assert divergence.get_attribute("data-run") == "clean"
+    layer = divergence.get_attribute("data-layer")
+    tensor_type = divergence.get_attribute("data-tensor-type")
+    assert "'poisoned'" in divergence.inner_text()
+    divergence.click()
+    tab.frame.wait_for_selector(
+        f'.tv-cell-marker[data-layer="{css(layer)}"]', state="visible", timeout=TIMEOUT_MS
+    )
+    tab.ready("heatmap")
+    assert tab.frame.locator('select[name="heatmapRun"]').input_value() == "clean"
+    assert tab.frame.locator('select[name="minusRun"]').input_value() == "poisoned"
+    assert tab.frame.locator('select[name="tensorType"]').input_value() == tensor_type
+    assert "clean − poisoned" in tab.frame.locator(".tv-legend-title").inner_text()
