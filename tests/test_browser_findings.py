@@ -218,7 +218,7 @@ def test_difference_heatmap_is_the_two_runs_heatmaps_subtracted(tab, tensorboard
 
 def test_a_divergence_opens_as_the_difference_of_its_runs(tab):
     """The two runs (another learning rate) part at once; a click on that finding shows the
-    first run minus the other, the tensor's cell marked."""
+    first run minus the other in the metric compared, the tensor's cell marked."""
     tick(tab, "poisoned")
     findings_ready(tab)
     divergence = tab.frame.locator('.tv-finding[data-kind="divergence"]')
@@ -227,6 +227,8 @@ def test_a_divergence_opens_as_the_difference_of_its_runs(tab):
     layer = divergence.get_attribute("data-layer")
     tensor_type = divergence.get_attribute("data-tensor-type")
     assert "'poisoned'" in divergence.inner_text()
+    tab.frame.select_option('select[name="metric"]', "mean")
+    tab.ready("heatmap")
     divergence.click()
     tab.frame.wait_for_selector(
         f'.tv-cell-marker[data-layer="{css(layer)}"]', state="visible", timeout=TIMEOUT_MS
@@ -235,4 +237,6 @@ def test_a_divergence_opens_as_the_difference_of_its_runs(tab):
     assert tab.frame.locator('select[name="heatmapRun"]').input_value() == "clean"
     assert tab.frame.locator('select[name="minusRun"]').input_value() == "poisoned"
     assert tab.frame.locator('select[name="tensorType"]').input_value() == tensor_type
+    # The metric the divergence was found on (the route's ``divergence_metric``).
+    assert tab.frame.locator('select[name="metric"]').input_value() == "log2_rm2"
     assert "clean − poisoned" in tab.frame.locator(".tv-legend-title").inner_text()

@@ -342,6 +342,10 @@ export class App {
       minusRun: finding.kind === "divergence" ? (finding.other_run ?? "") : "",
     };
     if (finding.tensor_type) patch.tensorType = finding.tensor_type;
+    const compared = this.findings.divergenceMetric;
+    if (finding.kind === "divergence" && this.metrics.some((m) => m.metric === compared)) {
+      patch.metric = compared;
+    }
     if (finding.name) {
       patch.layer = finding.name;
       if (s.layerRegex && !safeMatch(s.layerRegex, finding.name)) patch.layerRegex = "";

@@ -20,6 +20,8 @@ const PLURAL: Record<string, string> = { error: "errors", warning: "warnings", i
 export class FindingsList {
   readonly root = h("div", { class: "tv-findings" });
   private buttons = new Map<Finding, HTMLButtonElement>();
+  /** The metric the ``divergence`` findings compare (the route's thresholds). */
+  divergenceMetric = "";
 
   constructor(private readonly choose: (finding: Finding) => void) {}
 
@@ -31,6 +33,7 @@ export class FindingsList {
   /** Draw ``data``'s findings; ``colours`` maps a run to its colour. */
   render(data: FindingsResponse, colours: Map<string, string>): void {
     this.buttons.clear();
+    this.divergenceMetric = String(data.thresholds.divergence_metric ?? "");
     const bySeverity = new Map<string, Finding[]>(SEVERITIES.map((s) => [s, []]));
     for (const finding of data.findings) bySeverity.get(finding.severity)?.push(finding);
     const counts = SEVERITIES.filter((s) => bySeverity.get(s)?.length).map((s) => {
