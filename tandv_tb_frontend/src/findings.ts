@@ -7,7 +7,7 @@
  */
 
 import type { Finding, FindingsResponse } from "./api";
-import { h, replaceChildren } from "./dom";
+import { h, keepFocus, replaceChildren } from "./dom";
 
 const SEVERITIES = ["error", "warning", "info"] as const;
 /** Findings of one severity and kind listed before the rest of that kind fold away. */
@@ -20,6 +20,8 @@ const PLURAL: Record<string, string> = { error: "errors", warning: "warnings", i
 export class FindingsList {
   readonly root = h("div", { class: "tv-findings" });
   private buttons = new Map<Finding, HTMLButtonElement>();
+  /** The finding last shown (by its content), kept marked when the list is redrawn. */
+  private chosen = "";
   /** The metric the ``divergence`` findings compare (the route's thresholds). */
   divergenceMetric = "";
 
@@ -58,11 +60,15 @@ export class FindingsList {
         sections.push(h("div", { class: "tv-findings-section", data: { severity } }, groups));
       }
     }
-    replaceChildren(this.root, sections);
+    // TensorBoard's reload redraws the list: the sections the user opened stay open.
+    keepFocus(this.root, () => replaceChildren(this.root, sections));
+    const again = [...this.buttons.keys()].find((item) => identity(item) === this.chosen);
+    if (again) this.mark(again);
   }
 
   /** Mark ``finding`` as the one shown. */
   mark(finding: Finding): void {
+    this.chosen = identity(finding);
     for (const [item, button] of this.buttons) {
       button.setAttribute("aria-pressed", String(item === finding));
     }
@@ -123,6 +129,16 @@ export class FindingsList {
     this.buttons.set(finding, button);
     return button;
   }
+}
+
+function identity(finding: Finding): string {
+  return JSON.stringify([
+    finding.run,
+    finding.step,
+    finding.kind,
+    finding.tensor_type,
+    finding.name,
+  ]);
 }
 
 /** ``findings`` grouped by kind, kinds in order of their first finding. */
