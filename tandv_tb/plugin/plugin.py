@@ -120,7 +120,12 @@ class NumericsPlugin(base_plugin.TBPlugin):
         )
         if json_route in RUN_ROUTES:
             index = self._store.run(query.ctx, query.experiment_id, params.text("run"))
-            fingerprint = (self._store.version(index.run), len(index.entries), index.skipped)
+            # A difference heatmap (``minus_run``) changes when either run does.
+            runs = [index.run, params.text("minus_run", required=False)]
+            fingerprint = tuple(
+                (self._store.version(i.run), len(i.entries), i.skipped)
+                for i in (self._store.run(query.ctx, query.experiment_id, r) for r in runs if r)
+            )
             key = (query.experiment_id, route, tuple(sorted(request.args.items(multi=True))))
 
             def build() -> str:

@@ -8,7 +8,7 @@ import numpy as np
 
 from tandv_tb import formats as fmt
 from tandv_tb import metadata
-from tandv_tb.plugin import metrics
+from tandv_tb.plugin import difference, metrics
 from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import LayerSeries, Needs, record_series
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows, union_steps
@@ -221,19 +221,25 @@ def heatmap(query: Query, index: RunIndex) -> dict:
     how = params.choice("reduce", REDUCTIONS, "max")
     low, high = params.step_window()
     entries = _selected_layers(index, tensor_type, params)
+    other = difference.minus_index(query, index, tensor_type)
     all_series = query.series(index, entries, metrics.needs(chosen, format_name))
     rows, exact = [], []
     for series in all_series:
         values, is_exact = metrics.values(series, chosen, format_name)
         rows.append((series.steps, values))
         exact.append(is_exact)
-    steps = union_steps([s.steps for s in all_series], low, high)
+    if other is not None:
+        rows, exact = difference.subtract(
+            query, other, tensor_type, entries, rows, exact, chosen, format_name
+        )
+    steps = union_steps([row_steps for row_steps, _ in rows], low, high)
     columns = Columns.split(steps, n_columns)
     values, present = reduce_rows(columns, rows, how, low, high)
     finite = values[present & np.isfinite(values)]
     value_range = {"min": float(finite.min()), "max": float(finite.max())} if finite.size else None
     return {
         "run": index.run,
+        "minus_run": other.run if other is not None else None,
         "tensor_type": tensor_type,
         "metric": chosen.metric,
         "format": format_name,

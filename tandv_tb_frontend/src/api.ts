@@ -112,6 +112,8 @@ export interface HeatmapColumn {
 }
 export interface HeatmapResponse {
   run: string;
+  /** The run subtracted from ``run`` (a difference heatmap), or null. */
+  minus_run?: string | null;
   tensor_type: string;
   metric: string;
   format: string | null;
@@ -334,4 +336,29 @@ export function nullIfMissing<T>(request: Promise<T>): Promise<T | null> {
     if (isAbort(error) || !(error instanceof ApiError) || error.status !== 404) throw error;
     return null;
   });
+}
+
+/** One finding of the ``findings`` route: what went wrong, where (run, tensor, step). */
+export interface Finding {
+  run: string;
+  step: number;
+  kind: string;
+  severity: "error" | "warning" | "info";
+  tensor_type: string;
+  name: string;
+  value: number | null;
+  message: string;
+  other_run: string | null;
+}
+export interface FindingsResponse {
+  runs: string[];
+  /** Most severe first, then by run and step. */
+  findings: Finding[];
+  thresholds: Record<string, number | string>;
+}
+
+export async function findings(runs: string[], signal?: AbortSignal): Promise<FindingsResponse> {
+  const body = await getJson<FindingsResponse>("findings", { run: runs }, signal);
+  for (const item of body.findings) item.value = item.value === null ? null : toNumber(item.value);
+  return body;
 }

@@ -5,6 +5,7 @@ import type { FormatLimits, LayerInfo, MetricInfo, RunInfo } from "./api";
 import { runColors } from "./colors";
 import { button, checkbox, multiCheck, selectControl, textInput } from "./controls";
 import { debounce, emptyState, h, keepFocus, replaceChildren } from "./dom";
+import { FindingsList } from "./findings";
 import { Heatmap } from "./heatmap";
 import { FormatColours, type Panel, renderHistograms } from "./histogram";
 import { type LineChart, LineCharts, type LineSeries } from "./lines";
@@ -103,9 +104,13 @@ export class App {
   private readonly formatColours = new FormatColours();
   private readonly controllers = new Map<string, AbortController>();
   private refreshing: Promise<void> | null = null;
+  /** A layer (of a clicked finding) whose groups open once its heatmap has loaded. */
+  private revealLayer = "";
   private refreshAgain = false;
 
   private readonly toolbar = h("header", { class: "tv-toolbar" });
+  private readonly findingsCard = new Card("findings", "Findings");
+  private readonly findings = new FindingsList((finding) => this.showFinding(finding));
   private readonly heatCard = new Card("heatmap", "Layers × steps");
   private readonly histCard = new Card("histogram", "Exponent histogram");
   private readonly lineCard = new Card("lines", "Over steps");
@@ -133,6 +138,7 @@ export class App {
       (step) => this.update({ step }),
       (step) => this.heatmap.showStep(step),
     );
+    this.findingsCard.body.append(this.findings.root);
     this.heatCard.body.append(this.heatmap.root);
     this.histCard.body.append(this.histGrid);
     this.lineCard.body.append(this.lineGrid);
@@ -209,12 +215,14 @@ export class App {
     }
     if (!this.main.contains(this.heatCard.root)) {
       replaceChildren(this.main, [
+        this.findingsCard.root,
         h("div", { class: "tv-top" }, [this.heatCard.root, this.histCard.root]),
         this.lineCard.root,
       ]);
     }
     this.validateRuns();
     this.renderToolbar();
+    void this.loadFindings();
     await this.loadLayers();
     this.root.dataset.state = "ready";
   }
@@ -253,6 +261,7 @@ export class App {
       this.state.metricFormat = this.defaultOverlays[0] ?? this.formats[0].format;
     }
     if (!["auto", "expanded", "collapsed"].includes(this.state.groups)) this.state.groups = "auto";
+    this.validateMinusRun();
     const metricNames = new Set(this.metrics.map((m) => m.metric));
     this.state.lineMetrics = this.state.lineMetrics.filter((m) => metricNames.has(m));
     saveState(this.state);
@@ -270,13 +279,16 @@ export class App {
     const has = (...keys: (keyof State)[]) => keys.some((key) => changed.includes(key));
     if (has("runs", "heatmapRun", "tensorType")) {
       if (has("runs")) this.validateRuns();
+      if (has("runs")) void this.loadFindings();
+      this.validateMinusRun();
       if (has("heatmapRun", "tensorType")) this.state = { ...this.state, window: null };
       this.renderToolbar();
       void this.loadLayers();
       return;
     }
-    if (has("layerRegex", "metric", "metricFormat", "reduce", "window")) {
+    if (has("layerRegex", "metric", "metricFormat", "reduce", "window", "minusRun")) {
       if (has("metric")) this.renderToolbar();
+      if (has("minusRun")) this.renderHeatmapTools();
       void this.loadHeatmap();
     }
     if (has("toggled", "groups")) this.drawHeatmap();
@@ -296,6 +308,73 @@ export class App {
       this.renderHistogramTools();
     }
     if (has("lineMetrics", "lineLog")) this.renderLineTools();
+  }
+
+  /** The subtracted run must be another ticked run (else no difference is drawn). */
+  private validateMinusRun(): void {
+    const minus = this.state.minusRun;
+    if (minus && (minus === this.state.heatmapRun || !this.state.runs.includes(minus))) {
+      this.state = { ...this.state, minusRun: "" };
+      saveState(this.state);
+    }
+  }
+
+  // ---- findings --------------------------------------------------------------------------
+
+  private async loadFindings(): Promise<void> {
+    const runs = this.state.runs;
+    const signal = this.signal("findings");
+    const data = await this.findingsCard.load(() => api.findings(runs, signal));
+    if (!data) return;
+    if (data.findings.length === 0) {
+      this.findings.clear();
+      this.findingsCard.showEmpty(`No findings in ${runs.join(", ")}.`, [
+        "No NaN/Inf, no over- or underflow of the recorded formats, no drift, dead tensor, loss spike or divergence between the ticked runs.",
+      ]);
+      return;
+    }
+    this.findingsCard.clearMessage();
+    this.findings.render(data, this.colours);
+  }
+
+  /** Show a finding: its run, tensor type, layer and step (a divergence as a difference). */
+  private showFinding(finding: api.Finding): void {
+    const s = this.state;
+    const patch: Partial<State> = {
+      heatmapRun: finding.run,
+      step: finding.step,
+      minusRun: finding.kind === "divergence" ? (finding.other_run ?? "") : "",
+    };
+    if (finding.tensor_type) patch.tensorType = finding.tensor_type;
+    const compared = this.findings.divergenceMetric;
+    if (finding.kind === "divergence" && this.metrics.some((m) => m.metric === compared)) {
+      patch.metric = compared;
+    }
+    if (finding.name) {
+      patch.layer = finding.name;
+      if (s.layerRegex && !safeMatch(s.layerRegex, finding.name)) patch.layerRegex = "";
+    }
+    if (s.window && (finding.step < s.window[0] || finding.step > s.window[1])) patch.window = null;
+    const sameRows =
+      finding.run === s.heatmapRun && (patch.tensorType ?? s.tensorType) === s.tensorType;
+    if (finding.name && sameRows && this.heatmapData) patch.toggled = this.opened(finding.name);
+    else this.revealLayer = finding.name;
+    this.findings.mark(finding);
+    this.update(patch);
+    if (patch.layerRegex !== undefined) this.renderToolbar();
+  }
+
+  /** ``toggled`` with every group holding ``layer`` open. */
+  private opened(layer: string): string[] {
+    const toggled = new Set(this.state.toggled);
+    const parts = layer.split(".");
+    for (let depth = 1; depth < parts.length; depth++) {
+      const prefix = parts.slice(0, depth).join(".");
+      if (this.isExpanded(prefix)) continue;
+      if (toggled.has(prefix)) toggled.delete(prefix);
+      else toggled.add(prefix);
+    }
+    return [...toggled];
   }
 
   private toggleGroup(prefix: string): void {
@@ -445,6 +524,20 @@ export class App {
             (heatmapRun) => this.update({ heatmapRun }),
           )
         : h("span", { class: "tv-muted", text: s.heatmapRun }),
+      s.runs.length > 1
+        ? selectControl(
+            "minus",
+            "minusRun",
+            [
+              { value: "", label: "—" },
+              ...s.runs
+                .filter((run) => run !== s.heatmapRun)
+                .map((run) => ({ value: run, label: run })),
+            ],
+            s.minusRun,
+            (minusRun) => this.update({ minusRun }),
+          )
+        : null,
       selectControl(
         "Groups",
         "groups",
@@ -481,6 +574,7 @@ export class App {
       step_min: s.window?.[0],
       step_max: s.window?.[1],
       layer_regex: s.layerRegex || undefined,
+      minus_run: s.minusRun || undefined,
     };
   }
 
@@ -523,6 +617,11 @@ export class App {
       data.layers.map((layer) => layer.layer),
       AUTO_ROWS,
     );
+    if (this.revealLayer) {
+      this.state = { ...this.state, toggled: this.opened(this.revealLayer) };
+      this.revealLayer = "";
+      saveState(this.state);
+    }
     if (data.layers.length === 0) {
       this.heatmap.root.hidden = true;
       this.heatCard.showEmpty(
@@ -545,7 +644,11 @@ export class App {
     const data = this.heatmapData;
     const metric = this.metricInfo();
     if (!data || !metric || data.layers.length === 0) return;
-    this.heatmap.setData(data, metric, this.isExpanded);
+    this.heatmap.setData(
+      data,
+      data.minus_run ? differenceMetric(metric, data) : metric,
+      this.isExpanded,
+    );
     this.heatmap.setSelected(this.state.layer, this.state.step);
   }
 
@@ -886,6 +989,25 @@ export class App {
     this.heatmap.render();
     if (this.panels.length) this.drawHistograms();
     if (this.runs.length) void this.loadLines();
+  }
+}
+
+/** The metric as a difference of two runs: centred on 0, labelled with both runs. */
+function differenceMetric(metric: MetricInfo, data: api.HeatmapResponse): MetricInfo {
+  return {
+    ...metric,
+    kind: metric.kind === "fraction" ? "statistic" : metric.kind,
+    scale: "diverging",
+    label: `${metric.label}: ${data.run} − ${data.minus_run}`,
+  };
+}
+
+/** Whether the layer filter (a regex typed by the user) matches ``name``. */
+function safeMatch(pattern: string, name: string): boolean {
+  try {
+    return new RegExp(pattern).test(name);
+  } catch {
+    return false;
   }
 }
 

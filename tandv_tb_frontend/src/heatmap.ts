@@ -510,6 +510,11 @@ export class Heatmap {
     const left = this.columnLeft(column);
     const right = this.columnLeft(column + 1);
     this.marker.style.display = "block";
+    Object.assign(this.marker.dataset, {
+      layer: this.selected.layer,
+      row: String(rowIndex),
+      column: String(column),
+    });
     this.marker.style.transform = `translate(${left - 1}px, ${rowIndex * this.rowHeight - 1}px)`;
     this.marker.style.width = `${Math.max(2, right - left) + 2}px`;
     this.marker.style.height = `${this.rowHeight + 2}px`;

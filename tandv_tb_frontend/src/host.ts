@@ -60,7 +60,8 @@ export class Host {
 
   /** The ``p.tandv.*`` entries of TensorBoard's URL hash, keys without the prefix. */
   async urlData(): Promise<Record<string, string>> {
-    const data = await this.request("experimental.GetURLPluginData");
+    // The host answers only when told the plugin's name (it reads ``p.<pluginName>.*``).
+    const data = await this.request("experimental.GetURLPluginData", { pluginName: "tandv" });
     return data && typeof data === "object" ? (data as Record<string, string>) : {};
   }
 

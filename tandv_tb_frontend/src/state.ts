@@ -43,6 +43,8 @@ export interface State {
   lineLog: boolean;
   /** Several runs: overlaid in one chart, or side by side in one chart each. */
   compare: "overlay" | "side";
+  /** A ticked run whose values the heatmap subtracts from ``heatmapRun``'s; "" for none. */
+  minusRun: string;
 }
 
 export const DEFAULT_STATE: State = {
@@ -68,6 +70,7 @@ export const DEFAULT_STATE: State = {
   lineMetrics: ["log2_rm2"],
   lineLog: false,
   compare: "overlay",
+  minusRun: "",
 };
 
 const STORAGE_KEY = "tandv_tb.numerics.state.v1";

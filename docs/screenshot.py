@@ -1,0 +1,96 @@
+"""Retake the README's picture ``docs/numerics_tab.png``: a real ``tensorboard`` over the
+demo runs (``make demo`` first), the Numerics tab in headless Chromium with both torch runs
+ticked, the first float8_e4m3fn overflow finding of ``torch/lr_2e-1`` clicked.
+
+Also prints how long, on the tab's first load (its first run), the Findings card took to be
+ready after the heatmap was drawn.
+
+    python docs/screenshot.py [--logdir demo/runs] [--out docs/numerics_tab.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from tests.browser_helpers import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    TIMEOUT_MS,
+    serve,
+    watch,
+)
+
+RUNS = ("torch/lr_2e-1", "torch/lr_3e-3")
+#: Records, in the plugin's frame, when the heatmap is first drawn and when each card first
+#: becomes ready (ms since the frame loaded).
+TIMES = """() => {
+  window.__ready = {};
+  const seen = () => {
+    if (!("drawn" in window.__ready) && document.querySelector(".tv-heatmap[data-draw-ms]"))
+      window.__ready.drawn = performance.now();
+    for (const card of document.querySelectorAll("[data-card]")) {
+      const name = card.dataset.card;
+      const state = card.dataset.state;
+      if (!(name in window.__ready) && (state === "ready" || state === "empty")
+          && !card.classList.contains("tv-loading")) window.__ready[name] = performance.now();
+    }
+  };
+  new MutationObserver(seen).observe(document, {subtree: true, attributes: true, childList: true});
+  seen();
+}"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    from playwright.sync_api import sync_playwright
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--logdir", type=pathlib.Path, default=pathlib.Path("demo/runs"))
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("docs/numerics_tab.png"))
+    args = parser.parse_args(argv)
+    with (
+        serve(args.logdir.resolve(), b'"torch/lr_2e-1"', timeout=300) as url,
+        sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1200})
+        problems: list[str] = []
+        watch(page, problems)
+        page.add_init_script(f"({TIMES})()")
+        page.goto(f"{url}/#tandv")
+        frame = page.wait_for_selector("iframe", timeout=TIMEOUT_MS).content_frame()
+        ready = '[data-card="{}"][data-state="ready"]:not(.tv-loading)'
+        frame.wait_for_selector(".tv-heatmap[data-draw-ms]", timeout=120_000)
+        frame.wait_for_selector(ready.format("findings"), timeout=120_000)
+        times = frame.evaluate("window.__ready")
+        after = times["findings"] - times["drawn"]
+        print(f"first load: findings ready {after / 1000:.2f} s after the heatmap ({times})")
+        for run in RUNS:  # tick the torch runs, then untick the run shown by default
+            frame.locator(f'[data-control="runs"] label[data-value="{run}"] input').check()
+        frame.locator('[data-control="runs"] label[data-value="jax/lr_3e-3"] input').uncheck()
+        frame.select_option('select[name="heatmapRun"]', RUNS[0])
+        frame.wait_for_selector(ready.format("findings"), timeout=120_000)
+        overflow = frame.locator(
+            '.tv-finding[data-kind="overflow"][data-run="torch/lr_2e-1"]'
+        ).first
+        overflow.click()
+        frame.wait_for_selector(".tv-hist-panel", timeout=TIMEOUT_MS)
+        frame.wait_for_selector(ready.format("histogram"), timeout=TIMEOUT_MS)
+        frame.wait_for_selector(ready.format("heatmap"), timeout=TIMEOUT_MS)
+        frame.wait_for_selector(".tv-cell-marker", state="visible", timeout=TIMEOUT_MS)
+        page.mouse.move(0, 0)
+        page.screenshot(path=str(args.out))
+        browser.close()
+        if problems:
+            raise SystemExit(f"the page reported problems: {problems}")
+    (args.logdir.resolve().parent / f"tensorboard_{args.logdir.resolve().name}.log").unlink(
+        missing_ok=True
+    )  # the server's log, left by ``serve``
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
