@@ -67,7 +67,7 @@ class NumericsStore:
         cache_dir: str | None = None,
         *,
         result_budget: int = 64 << 20,
-        column_budget: int = 256 << 20,
+        column_budget: int = 128 << 20,
     ):
         self._provider = data_provider
         self.listing = Listing(data_provider)
