@@ -22,6 +22,7 @@ import tandv_tb
 from tandv_tb import NumericsWriter
 from tandv_tb.diagnosis import COLUMNS
 from tandv_tb.torch import track
+from tests.test_watch_torch import NanGradient
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = float("nan")
@@ -71,18 +72,6 @@ class Poison(nn.Module):
             x = x.clone()
             x.view(-1)[:3] = NAN
         return x
-
-
-class NanGradient(torch.autograd.Function):
-    """The identity forward; its backward returns NaN (a NaN born in the backward pass)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return torch.full_like(grad, NAN)
 
 
 class BackwardPoison(nn.Module):

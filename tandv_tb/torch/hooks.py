@@ -34,7 +34,28 @@ def _eager(function: Callable) -> Callable:
     return function if disable is None else disable(function)
 
 
-class ModuleHooks:
+class HookHandles:
+    """The hooks a set of hooks put on: on modules for its life, on leaf tensors for a step
+    (their gradient hooks outlive the step's graph)."""
+
+    def __init__(self) -> None:
+        self._handles: list = []
+        self._leaf_handles: list = []
+
+    def end_step(self) -> None:
+        """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
+        for handle in self._leaf_handles:
+            handle.remove()
+        self._leaf_handles = []
+
+    def remove(self) -> None:
+        self.end_step()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+class ModuleHooks(HookHandles):
     """Forward hooks on every module of a model; ``remove`` takes them all off."""
 
     def __init__(
@@ -49,6 +70,7 @@ class ModuleHooks:
         only_training: bool,
         watch: Watch | None = None,
     ) -> None:
+        super().__init__()
         self._recorder = recorder
         self._watch = watch
         self._active = active
@@ -57,8 +79,6 @@ class ModuleHooks:
         self._gradients = gradients
         self._only_training = only_training
         self._orders = Orders()
-        self._handles = []
-        self._leaf_handles = []  # gradient hooks on leaf tensors outlive the step's graph
         self._paths: set[str] = set()
         if not (activations or gradients):
             return
@@ -76,18 +96,6 @@ class ModuleHooks:
     def record_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
         """Record ``tensor`` as a module output now (``attach``)."""
         self._record_output(name, module_type, tensor)
-
-    def end_step(self) -> None:
-        """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
-        for handle in self._leaf_handles:
-            handle.remove()
-        self._leaf_handles = []
-
-    def remove(self) -> None:
-        self.end_step()
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
 
     def _on_forward(
         self, name: str, module_type: str, module: nn.Module, args: object, output: object

@@ -20,11 +20,11 @@ import torch
 from torch import nn
 
 from tandv_tb.torch import naming
-from tandv_tb.torch.hooks import _eager, _in_backward
+from tandv_tb.torch.hooks import HookHandles, _eager, _in_backward
 from tandv_tb.torch.recorder import Orders, Recorder
 
 
-class InputHooks:
+class InputHooks(HookHandles):
     """Forward pre-hooks on every module of a model; ``remove`` takes them all off."""
 
     def __init__(
@@ -38,32 +38,19 @@ class InputHooks:
         gradients: bool,
         only_training: bool,
     ) -> None:
+        super().__init__()
         self._recorder = recorder
         self._orders = orders
         self._active = active
         self._selected = selected
         self._gradients = gradients
         self._only_training = only_training
-        self._handles = []
-        self._leaf_handles = []  # gradient hooks on leaf tensors outlive the step's graph
         label = naming.root_name(root)
         modules = list(naming.named_modules(root))
         self._paths = {path or label for path, _ in modules}
         for path, module in modules:
             hook = functools.partial(self._on_input, path or label, naming.module_type(module))
             self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-
-    def end_step(self) -> None:
-        """Drop the gradient hooks this step put on leaf tensors."""
-        for handle in self._leaf_handles:
-            handle.remove()
-        self._leaf_handles = []
-
-    def remove(self) -> None:
-        self.end_step()
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
 
     def _on_input(
         self, name: str, module_type: str, module: nn.Module, args: tuple, kwargs: dict
