@@ -28,8 +28,11 @@ the steps of the readable records around it. A refused tag is described once per
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import struct
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -263,6 +266,49 @@ def read_chunk(
     for damage in pending:
         problems.append(_damage_text(path, offset, damage, step, None))
     return values.chunk(offset + consumed, problems)
+
+
+def event_runs(logdir: Path) -> dict[str, list[Path]]:
+    """Event files by run, the run named as TensorBoard names it ("." for logdir)."""
+    runs: dict[str, list[Path]] = {}
+    for directory, subdirs, files in os.walk(logdir):
+        subdirs.sort()
+        events = sorted(f for f in files if "tfevents" in f)
+        if events:
+            run = os.path.relpath(directory, logdir).replace(os.sep, "/")
+            runs[run] = [Path(directory) / f for f in events]
+    return runs
+
+
+def select_runs(logdir: str | os.PathLike, run: str | None = None) -> dict[str, list[Path]]:
+    """``event_runs`` of ``logdir``, or of its one ``run``; ``FileNotFoundError`` for a
+    missing logdir, ``ValueError`` naming the runs for an unknown one."""
+    root = Path(logdir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no such log directory: {str(root)!r}")
+    runs = event_runs(root)
+    if run is not None:
+        if run not in runs:
+            raise ValueError(f"no run {run!r} under {str(root)!r}; runs: {sorted(runs)}")
+        runs = {run: runs[run]}
+    return runs
+
+
+def read_file(path: str, table: TagTable) -> Iterator[Chunk]:
+    """A whole event file, taken as complete, a chunk at a time (a file that cannot be
+    read gives one chunk that says so)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as error:
+        yield _empty(0, [f"{path}: skipped the file, it cannot be read ({error})"])
+        return
+    offset = 0
+    while offset < size:
+        chunk = read_chunk(path, offset, table, final=True)
+        yield chunk
+        if chunk.end <= offset:
+            return
+        offset = chunk.end
 
 
 def _rest_of_first_record(file, data: bytes) -> bytes:

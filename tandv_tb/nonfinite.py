@@ -21,7 +21,6 @@ import json
 import os
 import warnings
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
@@ -158,29 +157,17 @@ def read_nonfinite(logdir: str | os.PathLike, run: str | None = None) -> list[No
     ``DataWarning``, as by ``read_frame``. ``FileNotFoundError`` for a missing logdir,
     ``ValueError`` for an unknown run.
     """
-    from tandv_tb.event_reader import TagTable, read_chunk
-    from tandv_tb.frame.events import DataWarning, event_runs
+    from tandv_tb.event_reader import TagTable, read_file, select_runs
+    from tandv_tb.frame.events import DataWarning
 
-    root = os.fspath(logdir)
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"no such log directory: {root!r}")
-    runs = event_runs(Path(root))
-    if run is not None:
-        if run not in runs:
-            raise ValueError(f"no run {run!r} under {root!r}; runs: {sorted(runs)}")
-        runs = {run: runs[run]}
+    runs = select_runs(logdir, run)
     found: list[NonfiniteStep] = []
     for name in sorted(runs):
         table, steps = TagTable(), []
         for path in runs[name]:
-            offset, size = 0, path.stat().st_size
-            while offset < size:
-                chunk = read_chunk(str(path), offset, table, final=True)
+            for chunk in read_file(str(path), table):
                 for problem in chunk.problems:
                     warnings.warn(problem, DataWarning, stacklevel=2)
                 steps += [NonfiniteStep(name, step, tuple(e)) for step, e in chunk.nonfinite]
-                if chunk.end <= offset:
-                    break
-                offset = chunk.end
         found += sorted(steps, key=lambda s: s.step)
     return found

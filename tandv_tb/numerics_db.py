@@ -41,7 +41,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tandv_tb.event_reader import Chunk, TagTable, read_chunk
+from tandv_tb.event_reader import Chunk, TagTable, event_runs, read_chunk
 from tandv_tb.metadata import TagInfo
 from tandv_tb.nonfinite import NonfiniteEntry, NonfiniteStep
 from tandv_tb.record_columns import DecodedRows, decode_rows, gather_ranges, ragged_index
@@ -373,11 +373,7 @@ class NumericsDB:
             params.append(list(steps))
         table = self._arrow(f"SELECT {select} FROM records WHERE {where}", params)
         order = _latest_per_step(table)
-        found = Rows(
-            tag_ids=table.column("tag_id").to_numpy()[order].astype(np.int32),
-            steps=table.column("step").to_numpy()[order],
-            columns={c: _numpy(table.column(c))[order] for c in wanted},
-        )
+        found = _rows_at(table, order, wanted)
         if vectors:
             found.vectors = self._vectors(run, table, order)
         return found
@@ -417,8 +413,6 @@ class NumericsDB:
     def runs(self) -> list[str]:
         """The runs under the logdir (folders holding event files), as TensorBoard names
         them ("." for the logdir itself)."""
-        from tandv_tb.frame.events import event_runs
-
         return sorted(event_runs(Path(self.logdir)))
 
     def nonfinite(self, run: str) -> list[NonfiniteStep]:
@@ -475,12 +469,7 @@ class NumericsDB:
         wanted[list(tags)] = list(tags.values())
         keep = wanted[table.column("tag_id").to_numpy()] == table.column("format_index").to_numpy()
         table = table.filter(pa.array(keep))
-        order = _latest_per_step(table)
-        return Rows(
-            tag_ids=table.column("tag_id").to_numpy()[order].astype(np.int32),
-            steps=table.column("step").to_numpy()[order],
-            columns={c: _numpy(table.column(c))[order] for c in ("underflow", "overflow")},
-        )
+        return _rows_at(table, _latest_per_step(table), ("underflow", "overflow"))
 
 
 def _insert(cursor, table: str, rows: pa.Table | None) -> None:
@@ -623,8 +612,13 @@ def _arrow_rows(
     return records, casts
 
 
-def _numpy(column: pa.ChunkedArray) -> np.ndarray:
-    return column.to_numpy()
+def _rows_at(table: pa.Table, order: np.ndarray, columns) -> Rows:
+    """The ``Rows`` of a query's result, taken at ``order`` (``_latest_per_step``)."""
+    return Rows(
+        tag_ids=table.column("tag_id").to_numpy()[order].astype(np.int32),
+        steps=table.column("step").to_numpy()[order],
+        columns={c: table.column(c).to_numpy()[order] for c in columns},
+    )
 
 
 def _latest_per_step(table: pa.Table) -> np.ndarray:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tandv_tb.event_reader import Chunk, TagTable, read_chunk
+from tandv_tb.event_reader import Chunk, TagTable, read_file, select_runs
 from tandv_tb.metadata import TagInfo
 from tandv_tb.record_columns import decode_rows, to_record
 from tandv_tb.stats.record import NumericsRecord
@@ -32,20 +32,10 @@ def _warn(message: str) -> None:
 
 def _records_in_file(path: Path, table: TagTable) -> Iterator[tuple[TagInfo, int, NumericsRecord]]:
     """Every numerics record of one event file; ``table`` carries metadata across files."""
-    try:
-        size = path.stat().st_size
-    except OSError as error:
-        _warn(f"{path}: skipped the file, it cannot be read ({error})")
-        return
-    offset = 0
-    while offset < size:
-        chunk = read_chunk(str(path), offset, table, final=True)
+    for chunk in read_file(str(path), table):
         for problem in chunk.problems:
             _warn(problem)
         yield from _chunk_records(path, chunk, table)
-        if chunk.end <= offset:
-            return
-        offset = chunk.end
 
 
 def _chunk_records(
@@ -67,31 +57,12 @@ def _chunk_records(
         yield info, int(chunk.steps[index]), to_record(rows, i, info.formats)
 
 
-def event_runs(logdir: Path) -> dict[str, list[Path]]:
-    """Event files by run, the run named as TensorBoard names it ("." for logdir)."""
-    runs: dict[str, list[Path]] = {}
-    for directory, subdirs, files in os.walk(logdir):
-        subdirs.sort()
-        events = sorted(f for f in files if "tfevents" in f)
-        if events:
-            run = os.path.relpath(directory, logdir).replace(os.sep, "/")
-            runs[run] = [Path(directory) / f for f in events]
-    return runs
-
-
 def read_records(
     logdir: str | os.PathLike, run: str | None = None
 ) -> Iterator[tuple[str, TagInfo, int, NumericsRecord]]:
     """``(run, tag_info, step, record)`` for every readable numerics record under
     ``logdir``; what cannot be read is skipped with a ``DataWarning`` (see the module doc)."""
-    root = Path(logdir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"no such log directory: {str(root)!r}")
-    runs = event_runs(root)
-    if run is not None:
-        if run not in runs:
-            raise ValueError(f"no run {run!r} under {str(root)!r}; runs: {sorted(runs)}")
-        runs = {run: runs[run]}
+    runs = select_runs(logdir, run)
     for name, files in runs.items():
         table = TagTable()
         for path in files:
