@@ -2,13 +2,13 @@
 
 TensorBoard keeps a sample of a plugin's steps in memory; a numerics tool must keep every
 one (the step where a NaN appeared is the one a sample drops). This store reads the event
-files itself (``tandv_tb.event_reader``) into an embedded DuckDB database that lives in a
+files itself (``tandv_tb.disk.event_reader``) into an embedded DuckDB database that lives in a
 cache folder outside the logdir (read-only logdirs work), so a second start is fast and the
 server's memory is bounded by DuckDB's buffer limit, not by the logdir's size.
 
 - ``records``: one row per numerics record with its step, counts and statistics as columns
   (what heatmaps and lines read, a column at a time) and where its stored vector (varint
-  bytes, ``tandv_tb.summary``; for histograms and estimates) lies in its event file: the
+  bytes, ``tandv_tb.disk.summary``; for histograms and estimates) lies in its event file: the
   event files are not copied (a vector re-encoded from an old version is kept inline);
   ``casts``: the exact under/overflow per recorded format; ``tags``: each tag's metadata
   (from its first record); ``files``: how far each event file was read; ``nonfinite`` and
@@ -41,11 +41,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tandv_tb.event_reader import Chunk, TagTable, event_runs, read_chunk
-from tandv_tb.metadata import TagInfo
-from tandv_tb.nonfinite import NonfiniteEntry, NonfiniteStep
-from tandv_tb.record_columns import DecodedRows, decode_rows, gather_ranges, ragged_index
-from tandv_tb.stats.record import COUNTS, STATISTICS
+from tandv_tb.disk.event_reader import Chunk, TagTable, event_runs, read_chunk
+from tandv_tb.disk.metadata import TagInfo
+from tandv_tb.disk.nonfinite import NonfiniteEntry, NonfiniteStep
+from tandv_tb.disk.record import COUNTS, STATISTICS
+from tandv_tb.disk.record_columns import DecodedRows, decode_rows, gather_ranges, ragged_index
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """``NumericsWriter``: numerics of tensors into TensorBoard event files.
 
-It writes into its own event file (``logdir``, see ``tandv_tb.event_file``) or through a
+It writes into its own event file (``logdir``, see ``tandv_tb.disk.event_file``) or through a
 user's ``torch.utils.tensorboard.SummaryWriter`` or ``tensorboardX.SummaryWriter`` into the
 event file that also holds the user's scalars.
 
@@ -36,11 +36,11 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tandv_tb import formats as fmt
-from tandv_tb.event_file import EventFile
-from tandv_tb.metadata import TagInfo, check_tensor_type
-from tandv_tb.nonfinite import NonfiniteEntry, encode_nonfinite
-from tandv_tb.stats.record import NumericsRecord
-from tandv_tb.summary import numerics_value
+from tandv_tb.disk.event_file import EventFile
+from tandv_tb.disk.metadata import TagInfo, check_tensor_type
+from tandv_tb.disk.nonfinite import NonfiniteEntry, encode_nonfinite
+from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.disk.summary import numerics_value
 
 #: Longest time data wait in a user's writer before it is flushed to disk.
 FLUSH_SECS = 30
@@ -248,7 +248,7 @@ class NumericsWriter:
 
     def add_nonfinite(self, step: int, entries: Iterable[NonfiniteEntry]) -> None:
         """Record the tensors found holding NaN/Inf at ``step`` (in execution order; see
-        ``tandv_tb.nonfinite``); nothing is written for none."""
+        ``tandv_tb.disk.nonfinite``); nothing is written for none."""
         self.add_records(step, [], nonfinite=entries)
 
     def add_records(

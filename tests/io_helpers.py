@@ -11,8 +11,8 @@ import pandas as pd
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from tandv_tb.disk.record import STATISTICS, NumericsRecord
 from tandv_tb.formats import canonical_name
-from tandv_tb.stats.record import STATISTICS, NumericsRecord
 from tests.reference import reference
 
 

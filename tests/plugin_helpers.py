@@ -29,8 +29,8 @@ from torch.utils.tensorboard import SummaryWriter
 from werkzeug.test import Client
 
 from tandv_tb import formats as fmt
+from tandv_tb.disk.record import STATISTICS, NumericsRecord
 from tandv_tb.plugin import NumericsLoader
-from tandv_tb.stats.record import STATISTICS, NumericsRecord
 from tandv_tb.writer import NumericsWriter
 
 PREFIX = "/data/plugin/tandv/"

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
 from torch.utils.tensorboard import SummaryWriter
 
-from tandv_tb import event_scan
-from tandv_tb.event_scan import intern_tags, scan_events
+from tandv_tb.disk import event_scan
+from tandv_tb.disk.event_scan import intern_tags, scan_events
 from tandv_tb.writer import NumericsWriter, RecordItem
 from tests.io_helpers import event_files, record_of
 
@@ -417,7 +417,7 @@ def test_intern_tags_equals_a_dict_whatever_the_order():
 _BOUNDS_CHECKED_FUZZ = """
 import random, sys
 from tests.test_event_scan import _BASES, _event, _joined, _value
-from tandv_tb.event_scan import intern_tags, scan_events
+from tandv_tb.disk.event_scan import intern_tags, scan_events
 rnd = random.Random(0)
 for _ in range(int(sys.argv[1])):
     event = bytearray(rnd.choice(_BASES))

@@ -14,6 +14,9 @@ from tensorboard.compat.proto import summary_pb2
 from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import formats as fmt
+from tandv_tb.disk.metadata import PLUGIN_DATA_VERSION, TagInfo, create_summary_metadata
+from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.disk.summary import encode_record, tensor_proto
 from tandv_tb.frame import (
     DataWarning,
     EstimateWarning,
@@ -24,9 +27,6 @@ from tandv_tb.frame import (
     validate,
     write_frame,
 )
-from tandv_tb.metadata import PLUGIN_DATA_VERSION, TagInfo, create_summary_metadata
-from tandv_tb.stats.record import COUNTS, STATISTICS, NumericsRecord
-from tandv_tb.summary import encode_record, tensor_proto
 from tandv_tb.writer import NumericsWriter
 from tests.io_helpers import (
     check_tandv_schema,

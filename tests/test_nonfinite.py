@@ -11,10 +11,9 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 import tandv_tb
-from tandv_tb import metadata
-from tandv_tb.event_file import EventFile
-from tandv_tb.frame import DataWarning
-from tandv_tb.nonfinite import (
+from tandv_tb.disk import metadata
+from tandv_tb.disk.event_file import EventFile
+from tandv_tb.disk.nonfinite import (
     NONFINITE_TAG,
     NonfiniteEntry,
     NonfiniteStep,
@@ -23,6 +22,7 @@ from tandv_tb.nonfinite import (
     merge,
     read_nonfinite,
 )
+from tandv_tb.frame import DataWarning
 
 HOSTILE = [
     NonfiniteEntry("Activation", "<img src=x onerror=alert(1)>", 3, 0, 0),

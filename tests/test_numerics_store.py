@@ -236,7 +236,7 @@ def test_two_logdirs_that_share_a_run_keep_their_own_stores(tmp_path):
 def test_the_watch_records_and_scalars_are_stored(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from tandv_tb.nonfinite import NonfiniteEntry
+    from tandv_tb.disk.nonfinite import NonfiniteEntry
 
     run = tmp_path / "logs" / "r"
     summary = SummaryWriter(str(run))
@@ -286,7 +286,7 @@ def test_steps_out_of_order_and_a_step_written_again_keep_the_later_record(tmp_p
 
 
 def test_the_watch_record_is_no_layer_and_no_skipped_tag(tmp_path):
-    from tandv_tb.nonfinite import NonfiniteEntry
+    from tandv_tb.disk.nonfinite import NonfiniteEntry
     from tests.plugin_helpers import TensorBoardApp
 
     rng = np.random.default_rng(1)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
-from tandv_tb import summary
+from tandv_tb.disk import summary
+from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.frame import read_frame
-from tandv_tb.metadata import TagInfo
 from tandv_tb.writer import NumericsWriter
 from tests.io_helpers import event_files, write_raw_events
 from tests.plugin_helpers import TensorBoardApp, heatmap_values, make_record

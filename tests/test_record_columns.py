@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandv_tb import formats as fmt
-from tandv_tb.metadata import TagInfo
+from tandv_tb.disk.metadata import TagInfo
+from tandv_tb.disk.record_columns import decode_rows, to_record
+from tandv_tb.disk.summary import decode_tensor, encode_record, encode_varints
 from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import Bins, LayerSeries
-from tandv_tb.record_columns import decode_rows, to_record
-from tandv_tb.summary import decode_tensor, encode_record, encode_varints
 from tests.plugin_helpers import make_record, stored
 
 INFO = TagInfo("layers.0", "Activation", "Linear", 0, ("float8_e4m3fn", "bfloat16"))

@@ -1,4 +1,4 @@
-"""The per-tag metadata and the per-step encoding (tandv_tb.metadata, tandv_tb.summary)."""
+"""The per-tag metadata and the per-step encoding (tandv_tb.disk: metadata, summary)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 from tensorboard.util import tensor_util
 
-from tandv_tb import metadata, summary
-from tandv_tb.metadata import TagInfo, UnsupportedVersion
-from tandv_tb.stats.record import STATISTICS, NumericsRecord
+from tandv_tb.disk import metadata, summary
+from tandv_tb.disk.metadata import TagInfo, UnsupportedVersion
+from tandv_tb.disk.record import STATISTICS, NumericsRecord
 from tandv_tb.writer import NumericsWriter
 from tests.io_helpers import event_files, record_of, stored
 from tests.reference import crafted, random_binades

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tandv_tb.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import track
 from tests.test_torch_support import assert_same, expected, read_records
 

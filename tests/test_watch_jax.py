@@ -13,8 +13,8 @@ import pytest
 from flax import linen, nnx
 
 import tandv_tb
+from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.jax import track
-from tandv_tb.nonfinite import NonfiniteEntry, read_nonfinite
 from tests.test_jax_support import GPT, NnxMLP, gpt_loss, mlp_batch, tokens
 
 NAN, INF = float("nan"), float("inf")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import tandv_tb
-from tandv_tb.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.stats.finite import has_nonfinite
 from tandv_tb.torch import track, watch
 from tests.test_torch_support import GPT, gpt_loss

@@ -27,16 +27,16 @@ from tensorboard.util import grpc_util
 from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import writer as writer_module
+from tandv_tb.disk.metadata import PLUGIN_NAME, TagInfo
+from tandv_tb.disk.summary import decode_tensor
 from tandv_tb.frame import DataWarning, read_records
-from tandv_tb.metadata import PLUGIN_NAME, TagInfo
-from tandv_tb.summary import decode_tensor
 from tandv_tb.writer import NumericsWriter
 from tests.io_helpers import event_files, record_of, stored
 from tests.reference import crafted, random_binades
 
 ROOT = Path(__file__).resolve().parents[1]
 _RECORD = (
-    "from tandv_tb.stats.record import STATISTICS, NumericsRecord\n"
+    "from tandv_tb.disk.record import STATISTICS, NumericsRecord\n"
     "record = NumericsRecord('float32', 8, 0, 0, 0, 0, 0, np.array([8]),"
     " dict.fromkeys(STATISTICS, 1.0))\n"
 )

@@ -10,7 +10,7 @@ import os
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.util import tensor_util
 
-from tandv_tb import metadata, summary
+from tandv_tb.disk import metadata, summary
 from tandv_tb.stats import NumericsRecord
 
 
@@ -37,7 +37,7 @@ def read_records(logdir: str) -> dict[tuple[str, str, int], Stored]:
                 content = meta.plugin_data.content
                 if meta.plugin_data.plugin_name == metadata.PLUGIN_NAME:
                     if metadata.plugin_kind(content) != metadata.NUMERICS_KIND:
-                        continue  # the non-finite watch's record (tandv_tb.nonfinite)
+                        continue  # the non-finite watch's record (tandv_tb.disk.nonfinite)
                     infos[value.tag] = metadata.parse_plugin_metadata(content)
                 info = infos.get(value.tag)
                 if info is None:

@@ -9,9 +9,9 @@ import functools
 import numpy as np
 
 from tandv_tb.diagnosis.base import execution_key
-from tandv_tb.metadata import TagInfo
+from tandv_tb.disk.metadata import TagInfo
+from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.numerics_db import NumericsDB
-from tandv_tb.stats.record import COUNTS, STATISTICS
 
 #: The columns the findings read for every record.
 BASE_COLUMNS = (*COUNTS, "max_abs", "rm2")

@@ -6,7 +6,7 @@ import numpy as np
 
 from tandv_tb.diagnosis.base import Finding
 from tandv_tb.diagnosis.columns import RunNumerics
-from tandv_tb.nonfinite import NonfiniteStep
+from tandv_tb.disk.nonfinite import NonfiniteStep
 
 
 def _counts(nan: int, posinf: int, neginf: int) -> str:

@@ -8,12 +8,12 @@ import dataclasses
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb import metadata
 from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.diagnosis.base import Finding, Thresholds, percent
 from tandv_tb.diagnosis.columns import RunNumerics, first_stretches
+from tandv_tb.disk import metadata
+from tandv_tb.disk.record_columns import decode_rows
 from tandv_tb.numerics_db import NumericsDB
-from tandv_tb.record_columns import decode_rows
 
 _MOST_AFFECTED = 3  # layers named by an overflow finding
 

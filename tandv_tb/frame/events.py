@@ -1,7 +1,7 @@
 """Numerics records from event files, every readable one, whatever the damage.
 
-The files are read by ``tandv_tb.event_reader`` (which says what damage is skipped, and
-how) and decoded by ``tandv_tb.record_columns``. Every skip is reported with
+The files are read by ``tandv_tb.disk.event_reader`` (which says what damage is skipped, and
+how) and decoded by ``tandv_tb.disk.record_columns``. Every skip is reported with
 ``warnings.warn(message, DataWarning)`` (filter it, or make it an error with
 ``warnings.simplefilter("error", DataWarning)``): the message names the file, the reason
 and, where the damage lets it be known, the tag and step.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tandv_tb.event_reader import Chunk, TagTable, read_file, select_runs
-from tandv_tb.metadata import TagInfo
-from tandv_tb.record_columns import decode_rows, to_record
-from tandv_tb.stats.record import NumericsRecord
+from tandv_tb.disk.event_reader import Chunk, TagTable, read_file, select_runs
+from tandv_tb.disk.metadata import TagInfo
+from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.disk.record_columns import decode_rows, to_record
 
 
 class DataWarning(UserWarning):

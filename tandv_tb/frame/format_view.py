@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.stats.record import NumericsRecord
+from tandv_tb.disk.record import NumericsRecord
 
 
 def _take_from_bottom(counts: np.ndarray, amount: int) -> np.ndarray:

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 
 from tandv_tb import formats as fmt
+from tandv_tb.disk.metadata import is_tensor_type
+from tandv_tb.disk.record import STATISTICS, NumericsRecord
 from tandv_tb.frame.schema import (
     EXP,
     META,
@@ -28,8 +30,6 @@ from tandv_tb.frame.schema import (
     exponent_columns,
     validate,
 )
-from tandv_tb.metadata import is_tensor_type
-from tandv_tb.stats.record import STATISTICS, NumericsRecord
 from tandv_tb.writer import NumericsWriter, RecordItem
 
 TANDV_METADATA = ("step", "name", "type", "tensor_type", "dtype")

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 
+from tandv_tb.disk.nonfinite import entries_from_stats
 from tandv_tb.jax import kernels, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
@@ -15,7 +16,6 @@ from tandv_tb.jax.orders import Orders
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
 from tandv_tb.jax.watch import WatchCollector, WatchResults
-from tandv_tb.nonfinite import entries_from_stats
 from tandv_tb.stats.engine import check_formats
 from tandv_tb.tracking import Patterns, Selection, SkipLog, check_every, default_logdir
 from tandv_tb.writer import NumericsWriter, RecordItem

@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from tandv_tb.disk.nonfinite import NonfiniteEntry, merge
 from tandv_tb.jax.collector import NESTED, Collector, Slot
 from tandv_tb.jax.compiled import Packed
-from tandv_tb.nonfinite import NonfiniteEntry, merge
 
 
 def _int_dtype():

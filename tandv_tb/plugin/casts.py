@@ -14,8 +14,8 @@ import dataclasses
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb import metadata
 from tandv_tb.cast_estimate import bin_weights
+from tandv_tb.disk import metadata
 from tandv_tb.plugin.columns import LayerSeries
 
 

@@ -10,8 +10,8 @@ import dataclasses
 
 import numpy as np
 
-from tandv_tb import metadata
-from tandv_tb.stats.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.disk import metadata
+from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from tensorboard.data import provider as tb_provider
 
-from tandv_tb import metadata
+from tandv_tb.disk import metadata
 from tandv_tb.plugin.params import NotFound
 
 logger = logging.getLogger(__name__)

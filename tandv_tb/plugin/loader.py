@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tensorboard.plugins import base_plugin
 
-from tandv_tb import metadata
+from tandv_tb.disk import metadata
 
 #: Steps of each numerics tag that TensorBoard keeps unless the user says otherwise: the
 #: plugin reads every step from its own store (``numerics_db``), and TensorBoard's copy only

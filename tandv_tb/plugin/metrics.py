@@ -6,10 +6,10 @@ import dataclasses
 
 import numpy as np
 
+from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import LayerSeries, Needs
 from tandv_tb.plugin.params import RequestError
-from tandv_tb.stats.record import COUNTS, STATISTICS
 
 
 @dataclasses.dataclass(frozen=True)

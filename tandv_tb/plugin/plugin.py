@@ -12,7 +12,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from tandv_tb import metadata
+from tandv_tb.disk import metadata
 from tandv_tb.plugin import csv_views, findings_route, views
 from tandv_tb.plugin.params import NotFound, Params, RequestError
 from tandv_tb.plugin.responses import (

@@ -11,14 +11,14 @@ from collections.abc import Callable, Hashable
 import numpy as np
 from tensorboard.data import provider as tb_provider
 
-from tandv_tb.metadata import TagInfo
+from tandv_tb.disk.metadata import TagInfo
+from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.disk.record_columns import decode_rows
+from tandv_tb.disk.summary import decode_tensor
 from tandv_tb.numerics_db import NumericsDB, Rows
 from tandv_tb.plugin.columns import Bins, LayerSeries, Needs
 from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry
 from tandv_tb.plugin.params import NotFound
-from tandv_tb.record_columns import decode_rows
-from tandv_tb.stats.record import NumericsRecord
-from tandv_tb.summary import decode_tensor
 
 SCALARS_PLUGIN = "scalars"
 #: Ask the provider for every scalar step it holds.

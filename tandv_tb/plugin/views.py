@@ -7,7 +7,8 @@ import dataclasses
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb import metadata
+from tandv_tb.disk import metadata
+from tandv_tb.disk.record import COUNTS
 from tandv_tb.plugin import difference, metrics
 from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import LayerSeries, Needs, record_series
@@ -16,7 +17,6 @@ from tandv_tb.plugin.listing import RunIndex, TagEntry
 from tandv_tb.plugin.params import MAX_STEP, Params, RequestError
 from tandv_tb.plugin.responses import Matrix, Numbers
 from tandv_tb.plugin.store import NumericsStore
-from tandv_tb.stats.record import COUNTS
 
 MAX_COLUMNS = 10_000
 MAX_POINTS = 100_000

@@ -1,7 +1,7 @@
 """The statistics engine: exponent histograms, scalar statistics and cast counts."""
 
+from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord, TensorStats
 from tandv_tb.stats.engine import Pending, compute, fetch, tensor_stats
-from tandv_tb.stats.record import COUNTS, STATISTICS, NumericsRecord, TensorStats
 
 __all__ = [
     "COUNTS",

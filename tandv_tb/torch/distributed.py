@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 
 from tandv_tb import formats as fmt
+from tandv_tb.disk.record import MOMENTS
 from tandv_tb.stats import COUNTS, TensorStats
-from tandv_tb.stats.record import MOMENTS
 from tandv_tb.torch.collect import Entry
 
 _SLOT = 1 + len(MOMENTS)  # finite count, then the moments

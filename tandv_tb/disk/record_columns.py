@@ -1,7 +1,7 @@
 """Columnar decoding of stored vectors: many records of many tags in a handful of numpy
 operations, instead of a Python call per record (``summary.decode_tensor``).
 
-Each record is the int64 vector of ``tandv_tb.summary`` stored as varint bytes:
+Each record is the int64 vector of ``tandv_tb.disk.summary`` stored as varint bytes:
 ``[dtype_code, numel, zero, nan, posinf, neginf, bins_lo + BINS_OFFSET, n_bins, *counts,
 *(underflow, overflow) per format, *9 statistics]``. A record is kept only when
 ``decode_tensor`` would accept it (known dtype, length as announced, counts that add up,
@@ -17,9 +17,9 @@ import numba
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb import metadata
-from tandv_tb.stats.record import COUNTS, STATISTICS, NumericsRecord
-from tandv_tb.summary import BINS_OFFSET, decode_varint_parts
+from tandv_tb.disk import metadata
+from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.disk.summary import BINS_OFFSET, decode_varint_parts
 
 HEADER = len(COUNTS) + 3  # dtype_code, the counts, bins_lo + BINS_OFFSET, n_bins
 _FLOAT64_CODE = metadata.DTYPE_CODES.index("float64")

@@ -39,8 +39,8 @@ import numpy as np
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
 from tandv_tb import formats as fmt
-from tandv_tb.metadata import DTYPE_CODES, TagInfo
-from tandv_tb.stats.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.disk.metadata import DTYPE_CODES, TagInfo
+from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 
 BINS_OFFSET = 1100
 _HEADER = len(COUNTS) + 3  # dtype_code, the counts, bins_lo + offset, n_bins
@@ -56,7 +56,7 @@ def dtype_code(dtype: str) -> int:
     code = _CODE_OF.get(dtype)
     if code is None:
         raise ValueError(
-            f"dtype {dtype!r} has no code in tandv_tb.metadata.DTYPE_CODES; "
+            f"dtype {dtype!r} has no code in tandv_tb.disk.metadata.DTYPE_CODES; "
             f"known dtypes: {', '.join(DTYPE_CODES)}"
         )
     return code

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from tandv_tb.metadata import NONFINITE_KIND, PLUGIN_DATA_VERSION, PLUGIN_NAME
+from tandv_tb.disk.metadata import NONFINITE_KIND, PLUGIN_DATA_VERSION, PLUGIN_NAME
 
 #: The tag of the watch's record (one per run).
 NONFINITE_TAG = f"{PLUGIN_NAME}/_nonfinite"
@@ -157,7 +157,7 @@ def read_nonfinite(logdir: str | os.PathLike, run: str | None = None) -> list[No
     ``DataWarning``, as by ``read_frame``. ``FileNotFoundError`` for a missing logdir,
     ``ValueError`` for an unknown run.
     """
-    from tandv_tb.event_reader import TagTable, read_file, select_runs
+    from tandv_tb.disk.event_reader import TagTable, read_file, select_runs
     from tandv_tb.frame.events import DataWarning
 
     runs = select_runs(logdir, run)

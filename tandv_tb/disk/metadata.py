@@ -10,9 +10,9 @@ It is stored as compact JSON in ``plugin_data.content``::
 
 Readers take the name and tensor type from here, never by parsing the tag string. A tag
 of another kind (``"kind": "nonfinite"``, the non-finite watch's record, see
-``tandv_tb.nonfinite``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
+``tandv_tb.disk.nonfinite``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
 ``NotNumerics``, which readers skip silently. The version says how each step's tensor is
-stored (see ``tandv_tb.summary``): 1 as ``int64_val``, 2 (written since) as varint bytes;
+stored (see ``tandv_tb.disk.summary``): 1 as ``int64_val``, 2 (written since) as varint bytes;
 this version reads both, and refuses newer ones.
 """
 

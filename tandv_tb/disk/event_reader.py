@@ -14,7 +14,7 @@ makes). Damage is never fatal:
 - after a header that fails its checksum (flipped bytes, a zero-filled tail), reading goes
   on at the next offset where a whole record passes both checksums;
 - tags of this plugin that hold no numerics are passed over silently, but the non-finite
-  watch's record (``tandv_tb.nonfinite``) is collected in ``Chunk.nonfinite``, and
+  watch's record (``tandv_tb.disk.nonfinite``) is collected in ``Chunk.nonfinite``, and
   TensorBoard scalars (the loss) in ``Chunk.scalars``;
 - an event that is not an ``Event`` proto, the values of a tag whose metadata is
   unreadable, from a newer tandv_tb or lost (in a damaged first record), and a value whose
@@ -39,9 +39,9 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.util import tensor_util
 
-from tandv_tb.event_file import masked_crc32c
-from tandv_tb.event_scan import intern_tags, scan_events
-from tandv_tb.metadata import (
+from tandv_tb.disk.event_file import masked_crc32c
+from tandv_tb.disk.event_scan import intern_tags, scan_events
+from tandv_tb.disk.metadata import (
     NONFINITE_KIND,
     PLUGIN_NAME,
     NotNumerics,
@@ -49,9 +49,9 @@ from tandv_tb.metadata import (
     parse_plugin_metadata,
     plugin_kind,
 )
-from tandv_tb.nonfinite import NonfiniteEntry, decode_nonfinite
-from tandv_tb.record_columns import gather_ranges
-from tandv_tb.summary import encode_varints, stored_vector
+from tandv_tb.disk.nonfinite import NonfiniteEntry, decode_nonfinite
+from tandv_tb.disk.record_columns import gather_ranges
+from tandv_tb.disk.summary import encode_varints, stored_vector
 
 _HEADER, _FOOTER = 12, 4  # length + its crc; data crc
 _LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")
@@ -115,7 +115,7 @@ class Chunk:
     """The numerics values read from one file between two offsets, in file order.
 
     Value i is tag ``tags[i]`` (an index into the run's ``TagTable``) at ``steps[i]``; its
-    stored vector (varint bytes, see ``tandv_tb.summary``) is the next ``sizes[i]`` bytes of
+    stored vector (varint bytes, see ``tandv_tb.disk.summary``) is the next ``sizes[i]`` bytes of
     ``contents``, or absent (``sizes[i] == -1``) when its tensor is not a stored vector. The
     same bytes lie at ``file_offsets[i]`` in the file, except for a vector that was
     re-encoded (an old version's; -1)."""
