@@ -7,8 +7,9 @@ INSTALLED := $(VENV)/.installed
 .PHONY: demo test lint browser bench clean
 
 include frontend.mk
+include compat.mk
 
-$(INSTALLED): setup.py constraints.txt
+$(INSTALLED): pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt -e ".[torch,jax,lightning,transformers,test]"
 	touch $@
@@ -17,7 +18,7 @@ demo: $(INSTALLED)
 	$(BIN)/python demo/make_demo.py --logdir demo/runs
 	$(BIN)/tensorboard --logdir demo/runs --port 6006 --bind_all
 
-test: $(INSTALLED) browser lint frontend-check
+test: $(INSTALLED) browser lint frontend-check compat
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(INSTALLED)
@@ -32,4 +33,4 @@ bench: $(INSTALLED)
 	$(BIN)/python bench/stats_kernel.py
 
 clean:
-	rm -rf $(VENV) demo/runs
+	rm -rf $(VENV) demo/runs .compat
