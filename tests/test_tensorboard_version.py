@@ -37,7 +37,9 @@ def test_the_imported_tensorboard_is_the_one_the_compatibility_job_asked_for():
     expected = os.environ.get("TANDV_EXPECT_TENSORBOARD")
     if not expected:
         pytest.skip("only under `make compat` (TANDV_EXPECT_TENSORBOARD unset)")
-    assert tensorboard_version.VERSION == expected
+    imported = tensorboard_version.VERSION
+    print(f"TensorBoard {imported} (the compatibility job asked for {expected})")
+    assert imported == expected
     assert importlib.metadata.version("tensorboard") == expected
 
 
