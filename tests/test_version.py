@@ -3,6 +3,7 @@ entry points, the frontend bundle and the HTTP API's description."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import json
 import shutil
@@ -27,6 +28,18 @@ def test_the_version_is_written_only_in_tandv_tb():
     assert "version" not in (ROOT / "setup.py").read_text(encoding="utf-8")
     package = json.loads((ROOT / "tandv_tb_frontend" / "package.json").read_text("utf-8"))
     assert "version" not in package  # private: the Python package's version is the one
+
+
+def test_the_version_is_a_literal_that_setuptools_reads_without_importing():
+    """A build environment lacks the dependencies, so ``attr:`` must find a plain literal."""
+    tree = ast.parse((ROOT / "tandv_tb" / "__init__.py").read_text(encoding="utf-8"))
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(target, "id", None) for target in node.targets] == ["__version__"]
+    ]
+    assert isinstance(value, ast.Constant) and value.value == tandv_tb.__version__
 
 
 def test_the_installed_distribution_has_the_version():
