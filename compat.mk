@@ -32,7 +32,8 @@ compat-oldest: $(COMPAT)/tensorboard-$(TB_OLDEST)/.installed
 # The newest is looked up at each run (pip's index): that is the point of the job.
 compat-newest: $(COMPAT)/constraints.txt | $(INSTALLED)
 	newest=$$($(BIN)/python -m pip index versions tensorboard 2>/dev/null \
-		| sed -n 's/^tensorboard (\(.*\))$$/\1/p') && test -n "$$newest" && \
+		| sed -n 's/^tensorboard (\(.*\))$$/\1/p') && \
+	{ test -n "$$newest" || { echo "compat: no tensorboard version found on the index"; exit 1; }; } && \
 	dir=$(COMPAT)/tensorboard-$$newest && \
 	{ test -f $$dir/.installed || { rm -rf $$dir && \
 		$(BIN)/pip install -q --target $$dir -c $< "tensorboard==$$newest" && \
