@@ -7,8 +7,9 @@ INSTALLED := $(VENV)/.installed
 .PHONY: demo test lint browser bench clean
 
 include frontend.mk
+include compat.mk
 
-$(INSTALLED): setup.py constraints.txt
+$(INSTALLED): pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt -e ".[torch,jax,lightning,transformers,test]"
 	touch $@
@@ -19,6 +20,7 @@ demo: $(INSTALLED)
 
 test: $(INSTALLED) browser lint frontend-check
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(MAKE) compat
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
@@ -32,4 +34,4 @@ bench: $(INSTALLED)
 	$(BIN)/python bench/stats_kernel.py
 
 clean:
-	rm -rf $(VENV) demo/runs
+	rm -rf $(VENV) demo/runs .compat

@@ -3,7 +3,7 @@
 A *format* (or dtype) is any name ``ml_dtypes.finfo`` accepts: ``float32``, ``bfloat16``,
 ``float8_e4m3fn``, ``float4_e2m1fn``, ...
 
-``underflow[F]`` and ``overflow[F]`` (see the contract) are decided by thresholds found with
+``underflow[F]`` and ``overflow[F]`` (docs/contract.md) are decided by thresholds found with
 ml_dtypes itself: casting is monotone in each sign, so for a source dtype D the values that
 become 0 in F form an interval ``0 < |x| <= under`` on each side of zero, and the values
 that stay finite an interval around 1 (``|x| >= over`` overflows; in formats without a

@@ -10,6 +10,17 @@ import math
 COLUMNS = ("run", "step", "kind", "severity", "tensor_type", "name", "value", "message")
 #: Severities, most severe first; ``--fail-on`` compares by this rank.
 SEVERITIES = ("error", "warning", "info")
+#: Every kind of finding (docs/contract.md lists them; a ``Finding`` of another is refused).
+KINDS = (
+    "nonfinite",
+    "overflow",
+    "underflow",
+    "scale",
+    "drift",
+    "dead",
+    "loss_spike",
+    "divergence",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +39,10 @@ class Finding:
     value: float = math.nan
     message: str = ""
     other_run: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown kind of finding {self.kind!r}: expected one of {KINDS}")
 
     def row(self) -> dict:
         """The public columns as a dict (JSON-ready except for a NaN ``value``)."""

@@ -4,8 +4,8 @@ Modules: ``tracker`` (``track``, the step cycle), ``hooks`` (module outputs and 
 gradients), ``inputs`` (module inputs and their gradients), ``attaching`` (any tensor in a
 forward), ``parameters`` (weights, weight gradients, optimizer state), ``recorder``
 (statistics started on the tensor's device), ``collect`` (a step's pending statistics),
-``reduce`` (one fetch, calls merged), ``distributed`` (combining ranks), ``naming``,
-``selection`` and ``skips``.
+``reduce`` (one fetch, calls merged), ``distributed`` (combining ranks), ``watch`` (NaN/Inf
+on every step), ``naming`` and ``skips``.
 """
 
 from tandv_tb.torch.attaching import attach
