@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tandv_tb.diagnosis.base import COLUMNS, KINDS
+from tandv_tb.disk.metadata import PLUGIN_NAME, TENSOR_TYPES
+from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.frame.schema import METADATA_COLUMNS
-from tandv_tb.metadata import PLUGIN_NAME, TENSOR_TYPES
-from tandv_tb.stats.record import COUNTS, STATISTICS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "contract.md").read_text(encoding="utf-8")
