@@ -7,7 +7,9 @@ scale drifts, float8 casts recorded; written once and reused). Prints:
   ``--rounds``: ``tandv-tb findings LOGDIR`` with the store already built (as after an
   earlier run or a ``tensorboard`` on the logdir) and, once, with an empty cache folder
   (the store built from the event files first); interleaved with the same process that
-  only starts Python (the baseline) and one that imports what the engine needs;
+  only starts Python (the baseline) and one that imports what the engine needs; then the
+  same command while another process holds the store (as a ``tensorboard`` on the logdir
+  does): it works on a temporary copy of the store;
 - in one process, where the time of a warm call goes (reading, each kind);
 - in the tab: a ``tensorboard`` is started, the full heatmap of one tensor type fetched
   (as the tab does first), then the ``findings`` route for the run (first call) and again
@@ -19,6 +21,7 @@ Usage: ``python bench/findings.py [--workdir DIR] [--rounds 5]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -50,6 +53,28 @@ def _seconds(command: list[str], env: dict) -> tuple[float, float]:
     return wall, cpu
 
 
+@contextlib.contextmanager
+def _held(logdir: Path, env: dict):
+    """Another process holding the logdir's store open (DuckDB lets one process open it)."""
+    hold = (
+        "import sys; from tandv_tb.numerics_db import NumericsDB; "
+        "NumericsDB(sys.argv[1]); print('holding', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(logdir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
 def bench_command_line(logdir: Path, rounds: int) -> dict:
     cache = Path(tempfile.mkdtemp(prefix="tandv_findings_cache-"))
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
@@ -65,6 +90,11 @@ def bench_command_line(logdir: Path, rounds: int) -> dict:
     for _ in range(rounds):
         for name, command in variants.items():
             times[name].append(_seconds(command, env))
+    held = []
+    with _held(logdir, env):
+        for _ in range(rounds):
+            held.append(_seconds(findings, env))
+    times["findings_cli_store_held"] = held
     shutil.rmtree(cache, ignore_errors=True)
     medians = {}
     for name, pairs in times.items():

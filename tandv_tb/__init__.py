@@ -8,16 +8,22 @@ trainers (imported on demand too); ``NumericsWriter`` writes any tensor;
 (imported on first use: ``tandv_tb.diagnosis``).
 """
 
-from tandv_tb.frame import (
-    DataWarning,
-    EstimateWarning,
-    SchemaError,
-    read_frame,
-    to_tandv,
-    validate,
-    write_frame,
-)
-from tandv_tb.writer import NumericsWriter, WriteFailureWarning
+import importlib
+
+#: Public names, each from the module that defines it, imported on first use: the command
+#: line (``tandv-tb findings``) starts without pandas or the writers.
+_LAZY = {
+    "DataWarning": "tandv_tb.frame",
+    "EstimateWarning": "tandv_tb.frame",
+    "SchemaError": "tandv_tb.frame",
+    "read_frame": "tandv_tb.frame",
+    "to_tandv": "tandv_tb.frame",
+    "validate": "tandv_tb.frame",
+    "write_frame": "tandv_tb.frame",
+    "NumericsWriter": "tandv_tb.writer",
+    "WriteFailureWarning": "tandv_tb.writer",
+    "findings": "tandv_tb.diagnosis",  # the engine and its store (DuckDB)
+}
 
 __version__ = "0.1.0"
 
@@ -36,8 +42,13 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name == "findings":  # the engine and its store (DuckDB) load only when used
-        from tandv_tb.diagnosis import findings
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tandv_tb' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return findings
-    raise AttributeError(f"module 'tandv_tb' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

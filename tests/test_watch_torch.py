@@ -278,3 +278,26 @@ def test_include_selects_what_the_watch_checks(tmp_path):
         ("Activation", "1"),
         ("Gradient", "1"),
     ]
+
+
+def test_an_input_turning_nan_off_the_cadence_is_named_as_an_input(tmp_path):
+    model = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 1))
+    torch.manual_seed(1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    batches = [torch.randn(8, 6) for _ in range(9)]
+    batches[7][2, 3] = NAN
+    with track(model, logdir=str(tmp_path), optimizer=optimizer, every=5, track_inputs=True) as t:
+        for x in batches:
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            t.step()
+    first = read_nonfinite(tmp_path)[0]
+    assert first.step == 7
+    named = [(e.tensor_type, e.name) for e in first.entries]
+    # the model's own input, then its first layer's (the same tensor), before any output
+    assert named[:2] == [("Input", "Sequential"), ("Input", "0")]
+    assert first.entries[1] == NonfiniteEntry("Input", "0", nan=1, posinf=0, neginf=0)
+    assert named.index(("Input", "2")) < named.index(("Activation", "2"))
+    assert ("Activation", "0") in named

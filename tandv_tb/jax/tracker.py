@@ -12,6 +12,7 @@ from tandv_tb.jax import kernels, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
 from tandv_tb.jax.interception import intercepting
+from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.orders import Orders
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
@@ -77,6 +78,7 @@ class Tracker:
         self._model_state = _kept(model_state)
         self._optimizer_state = _kept(optimizer_state)
         self._module_types: dict[str, str] = nnx_modules.module_types(model_state)
+        self._leaf_plans = LeafPlans(self._choose)
         self._orders = Orders()
         self._functions: dict[tuple[str, int, bool], tuple[Callable, dict, TrackedFunction]] = {}
         self._results = StepResults()
@@ -235,22 +237,30 @@ class Tracker:
             for k, v in nnx_modules.module_types(model_state).items()
             if k not in self._module_types
         )
-        weights = trees.weight_leaves(nnx_modules.state_tree(model_state), "Weight")
-        leaves = list(weights)
-        if grads is not None and self._config.gradients:
-            leaves += trees.weight_leaves(nnx_modules.state_tree(grads), "Weight_Gradient")
-        parameters = {leaf.name for leaf in leaves}
-        if optimizer_state is not None:
-            tree = nnx_modules.state_tree(optimizer_state, optimizer=True)
-            leaves += trees.optimizer_leaves(tree, parameters)
+        model = nnx_modules.state_tree(model_state)
+        with_grads = grads is not None and self._config.gradients
+        return self._leaf_plans.chosen(
+            model,
+            nnx_modules.state_tree(grads) if with_grads else None,
+            None if optimizer_state is None else nnx_modules.state_tree(optimizer_state, True),
+        )
+
+    def _choose(self, model: object, grads: object, optimizer: object) -> list:
+        """The tracked leaves of a step's pytrees (``leaf_plan``: once per layout), named,
+        with their places among the pytrees' leaves."""
+        leaves = trees.weight_leaves(model, "Weight")
+        if grads is not None:
+            leaves += trees.weight_leaves(grads, "Weight_Gradient")
+        if optimizer is not None:
+            leaves += trees.optimizer_leaves(optimizer, {leaf.name for leaf in leaves})
         chosen = []
-        for leaf in leaves:
+        for i, leaf in enumerate(leaves):
             if not self._config.selected(leaf.name):
                 continue
-            optimizer = leaf.tensor_type.startswith("Optimiser_State.")
-            verdict = untrackable(leaf.value, skip_scalars=optimizer)
+            optimizer_state = leaf.tensor_type.startswith("Optimiser_State.")
+            verdict = untrackable(leaf.value, skip_scalars=optimizer_state)
             if verdict is Verdict.TRACK:
-                chosen.append(leaf)
+                chosen.append((i, leaf))
             elif verdict is not Verdict.SILENT:
                 self._config.skips.skip(leaf.name, leaf.tensor_type, verdict)
         return chosen

@@ -9,12 +9,15 @@ when the module changes it in place afterwards.
 Inputs are named as outputs are (``name``, ``name.1``, ... by position, then
 ``name.<keyword>``), and ordered where the module starts, before its children's outputs.
 Non-tensor inputs and integer or boolean tensors (token ids, masks) are skipped silently.
+
+On untracked steps, with a ``Watch``, the same tensors and gradients are only checked for
+NaN/Inf (not inside ``torch.compile``d code), as ``hooks`` does for outputs.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -22,6 +25,7 @@ from torch import nn
 from tandv_tb.torch import naming
 from tandv_tb.torch.hooks import HookHandles, _eager, _in_backward
 from tandv_tb.torch.recorder import Orders, Recorder
+from tandv_tb.torch.watch import Watch
 
 
 class InputHooks(HookHandles):
@@ -37,9 +41,11 @@ class InputHooks(HookHandles):
         selected: Callable[[str], bool],
         gradients: bool,
         only_training: bool,
+        watch: Watch | None = None,
     ) -> None:
         super().__init__()
         self._recorder = recorder
+        self._watch = watch
         self._orders = orders
         self._active = active
         self._selected = selected
@@ -55,16 +61,39 @@ class InputHooks(HookHandles):
     def _on_input(
         self, name: str, module_type: str, module: nn.Module, args: tuple, kwargs: dict
     ) -> None:
-        if self._active() and (module.training or not self._only_training):
+        if not (module.training or not self._only_training):
+            return
+        if self._active():
             self._record_inputs(name, module_type, args, kwargs)
+        elif self._watch is not None and not torch.compiler.is_compiling():
+            self._watch_inputs(name, args, kwargs)
+
+    def _watch_inputs(self, name: str, args: tuple, kwargs: dict) -> None:
+        recomputed = _in_backward()
+        for leaf, tensor in self._floating_inputs(name, args, kwargs):
+            if not recomputed:
+                self._watch.check(leaf, "Input", tensor)
+            if self._gradients and tensor.requires_grad:
+                handle = tensor.register_hook(functools.partial(self._watch_gradient, leaf))
+                if tensor.grad_fn is None:
+                    self._leaf_handles.append(handle)
+
+    def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
+        self._watch.check(name, "Input_Gradient", grad)
+
+    def _floating_inputs(
+        self, name: str, args: tuple, kwargs: dict
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """The floating-point inputs that are selected, with their names."""
+        leaves = list(naming.input_tensors(args, kwargs, name))
+        for leaf, tensor in naming.distinct_names(leaves, name, self._paths):
+            if tensor.is_floating_point() and self._selected(leaf):
+                yield leaf, tensor
 
     @_eager
     def _record_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
         recomputed = _in_backward()  # a checkpointed forward, recorded the first time
-        leaves = list(naming.input_tensors(args, kwargs, name))
-        for leaf, tensor in naming.distinct_names(leaves, name, self._paths):
-            if not tensor.is_floating_point() or not self._selected(leaf):
-                continue
+        for leaf, tensor in self._floating_inputs(name, args, kwargs):
             order = self._orders(("Input", leaf))
             if not recomputed:
                 self._recorder.record(leaf, "Input", module_type, order, tensor)

@@ -124,6 +124,7 @@ class Tracker:
                 selected=self._selected,
                 gradients=track_gradients,
                 only_training=only_training,
+                watch=self._watch,
             )
         self._attachments = Attachments(module, self._hooks.record_tensor, skips, only_training)
         self._attachments.set_active(self._active)
