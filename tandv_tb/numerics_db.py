@@ -104,10 +104,16 @@ class Rows:
     steps: np.ndarray  # int64[N]
     columns: dict[str, np.ndarray]  # name -> [N]
     vectors: tuple[np.ndarray, np.ndarray] | None = None  # (bytes uint8, offsets int64[N+1])
+    #: Which rows of the query's result (in stored order) these are: lets another column of
+    #: the same tags be read alone (``NumericsDB.rows(layout=...)``).
+    order: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    n_read: int = 0
     _bounds: dict[int, tuple[int, int]] | None = dataclasses.field(default=None, repr=False)
 
     def nbytes(self) -> int:
         arrays = [self.tag_ids, self.steps, *self.columns.values()]
+        if self.order is not None:
+            arrays.append(self.order)
         return sum(a.nbytes for a in arrays)
 
     def bounds(self, tag_id: int) -> tuple[int, int]:
@@ -137,6 +143,8 @@ class NumericsDB:
         self._checked: dict[str, float] = {}
         self._tables: dict[str, TagTable] = {}
         self._versions: dict[str, int] = {}
+        self._max_steps: dict[str, tuple[int, dict[int, int]]] = {}  # run -> (version, ...)
+        self._run_ids: dict[str, int] = {}  # run -> its id in the store (never changes)
 
     # -- opening ---------------------------------------------------------------------------
     def _open(self, path: Path) -> Path:
@@ -252,6 +260,17 @@ class NumericsDB:
         if changed or run not in self._versions:
             self._versions[run] = self._versions.get(run, 0) + 1
 
+    def _stored_run_id(self, run: str) -> int:
+        """The run's id in the store (-1, matching nothing, for a run never read)."""
+        if run not in self._run_ids:
+            found = (
+                self._cursor().execute("SELECT run_id FROM runs WHERE run = ?", [run]).fetchone()
+            )
+            if found is None:
+                return -1
+            self._run_ids[run] = found[0]
+        return self._run_ids[run]
+
     def _run_id(self, cursor, run: str) -> int:
         found = cursor.execute("SELECT run_id FROM runs WHERE run = ?", [run]).fetchone()
         if found:
@@ -358,22 +377,40 @@ class NumericsDB:
         *,
         vectors: bool = False,
         steps: tuple[int, ...] | None = None,
+        layout: Rows | None = None,
     ) -> Rows:
         """The given scalar ``columns`` (of ``_SCALARS`` and ``wall_time``) of every record
-        of the tags (or only at ``steps``), and their stored vectors if asked."""
+        of the tags (or only at ``steps``), and their stored vectors if asked.
+
+        ``layout``: ``Rows`` of the same tags read before while the run's data did not
+        change (same ``refresh`` version): then only ``columns`` are read, and put in its
+        order. DuckDB returns rows in stored order (``preserve_insertion_order``, its
+        default), so the same query gives the same rows in the same order."""
         wanted = [c for c in columns if c in (*_SCALARS, "wall_time")]
-        select = ", ".join(["tag_id", "step", "file_id", "seq", *wanted])
-        if vectors:
-            select += ", vector_offset, vector_size, vector"
-        where = "run_id = (SELECT run_id FROM runs WHERE run = ?) AND tag_id IN "
-        where += "(SELECT unnest(?::INTEGER[]))"
-        params: list = [run, list(tag_ids)]
+        # ``list_contains`` and a known run id: several times faster than ``IN (SELECT ...)``
+        where = "run_id = ? AND list_contains(?::INTEGER[], tag_id)"
+        params: list = [self._stored_run_id(run), list(tag_ids)]
         if steps is not None:
             where += " AND step IN (SELECT unnest(?::BIGINT[]))"
             params.append(list(steps))
+        if layout is not None and layout.order is not None and wanted and not vectors:
+            table = self._arrow(f"SELECT {', '.join(wanted)} FROM records WHERE {where}", params)
+            if table.num_rows == layout.n_read:
+                return Rows(
+                    layout.tag_ids,
+                    layout.steps,
+                    {c: table.column(c).to_numpy()[layout.order] for c in wanted},
+                    order=layout.order,
+                    n_read=layout.n_read,
+                    _bounds=layout._bounds,
+                )
+        select = ", ".join(["tag_id", "step", "file_id", "seq", *wanted])
+        if vectors:
+            select += ", vector_offset, vector_size, vector"
         table = self._arrow(f"SELECT {select} FROM records WHERE {where}", params)
         order = _latest_per_step(table)
         found = _rows_at(table, order, wanted)
+        found.order, found.n_read = order, table.num_rows
         if vectors:
             found.vectors = self._vectors(run, table, order)
         return found
@@ -414,6 +451,39 @@ class NumericsDB:
         """The runs under the logdir (folders holding event files), as TensorBoard names
         them ("." for the logdir itself)."""
         return sorted(event_runs(Path(self.logdir)))
+
+    def has_run(self, run: str) -> bool:
+        """Whether ``run`` is a folder of the logdir that holds event files now."""
+        parts = run.split("/")
+        if run != "." and any(part in ("", ".", "..") for part in parts):
+            return False
+        return bool(_event_files(self._run_dir(run)))
+
+    def has_numerics(self) -> bool:
+        """Whether the store holds any tag at all (read by an earlier start or refresh)."""
+        return self._cursor().execute("SELECT count(*) FROM tags").fetchone()[0] > 0
+
+    def tag_listing(self, run: str) -> dict[str, tuple[bytes, int]]:
+        """``{tag: (its metadata's plugin content, its last stored step)}`` of every tag of
+        this plugin in the run (as of its last ``refresh``): what listing a tag needs."""
+        table = self._tables.get(run)
+        if table is None:
+            return {}
+        version = self._versions.get(run, 0)
+        held = self._max_steps.get(run)
+        if held is None or held[0] != version:
+            last = self._cursor().execute(
+                "SELECT tag_id, max(step) FROM records "
+                "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) GROUP BY tag_id",
+                [run],
+            )
+            held = (version, dict(last.fetchall()))
+            self._max_steps[run] = held
+        steps = held[1]
+        return {
+            name: (content, steps.get(tag_id, 0))
+            for tag_id, (name, content) in enumerate(zip(table.names, table.contents))
+        }
 
     def nonfinite(self, run: str) -> list[NonfiniteStep]:
         """The watch's records of a run, by step, entries in execution order."""
@@ -460,10 +530,9 @@ class NumericsDB:
         ``{tag_id: the format's index in that tag's formats}``."""
         table = self._arrow(
             "SELECT tag_id, step, file_id, seq, format_index, underflow, overflow FROM casts "
-            "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) "
-            "AND tag_id IN (SELECT unnest(?::INTEGER[])) "
-            "AND format_index IN (SELECT unnest(?::INTEGER[]))",
-            [run, list(tags), sorted(set(tags.values()))],
+            "WHERE run_id = ? AND list_contains(?::INTEGER[], tag_id) "
+            "AND list_contains(?::INTEGER[], format_index)",
+            [self._stored_run_id(run), list(tags), sorted(set(tags.values()))],
         )
         wanted = np.full(max(tags, default=0) + 1, -1)
         wanted[list(tags)] = list(tags.values())
