@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -205,11 +206,22 @@ class NumericsDB:
                     n_read=layout.n_read,
                     _bounds=layout._bounds,
                 )
-        select = ", ".join(["tag_id", "step", "file_id", "seq", *wanted])
+        select = ", ".join(["tag_id", "step", *wanted])
         if vectors:
-            select += ", vector_offset, vector_size, vector"
-        table = self._arrow(f"SELECT {select} FROM records WHERE {where}", params)
-        order = _latest_per_step(table)
+            select += ", file_id, vector_offset, vector_size, vector"
+        cursor = self._cursor()
+        cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
+        try:
+            table = cursor.sql(f"SELECT {select} FROM records WHERE {where}", params=params)
+            table = table.to_arrow_table()
+            order = _latest_per_step(
+                table,
+                lambda: cursor.sql(
+                    f"SELECT file_id, seq FROM records WHERE {where}", params=params
+                ).to_arrow_table(),
+            )
+        finally:
+            cursor.execute("COMMIT")
         found = _rows_at(table, order, wanted)
         found.order, found.n_read = order, table.num_rows
         if vectors:
@@ -339,7 +351,7 @@ class NumericsDB:
         wanted[list(tags)] = list(tags.values())
         keep = wanted[table.column("tag_id").to_numpy()] == table.column("format_index").to_numpy()
         table = table.filter(pa.array(keep))
-        return _rows_at(table, _latest_per_step(table), ("underflow", "overflow"))
+        return _rows_at(table, _latest_per_step(table, lambda: table), ("underflow", "overflow"))
 
 
 def _rows_at(table: pa.Table, order: np.ndarray, columns) -> Rows:
@@ -351,12 +363,14 @@ def _rows_at(table: pa.Table, order: np.ndarray, columns) -> Rows:
     )
 
 
-def _latest_per_step(table: pa.Table) -> np.ndarray:
+def _latest_per_step(table: pa.Table, written: Callable[[], pa.Table]) -> np.ndarray:
     """Row order by (tag, step), keeping of each (tag, step) the last written record.
 
     Rows come back in the order they were stored: chunks each ordered by (tag, step,
     seq), so a stable sort by tag alone (a radix sort) orders them fully unless a tag's
-    steps are out of order or repeated; then a full sort on (tag, step, file, seq)."""
+    steps are out of order or repeated; then a full sort on (tag, step, file, seq), whose
+    ``file_id`` and ``seq`` columns (the same rows, in the same order) ``written()`` reads
+    only then."""
     tags = table.column("tag_id").to_numpy()
     steps = table.column("step").to_numpy()
     small = len(tags) and tags.min() >= 0 and tags.max() < 1 << 16
@@ -364,7 +378,8 @@ def _latest_per_step(table: pa.Table) -> np.ndarray:
     t, st = tags[order], steps[order]
     if ((t[1:] != t[:-1]) | (st[1:] > st[:-1])).all():  # each tag's steps ascend, once each
         return order
-    files, seq = table.column("file_id").to_numpy(), table.column("seq").to_numpy()
+    keys = written()
+    files, seq = keys.column("file_id").to_numpy(), keys.column("seq").to_numpy()
     order = np.lexsort((seq, files, steps, tags))
     t, st = tags[order], steps[order]
     last = np.ones(len(order), dtype=bool)
