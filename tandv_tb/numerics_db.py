@@ -366,18 +366,21 @@ def _rows_at(table: pa.Table, order: np.ndarray, columns) -> Rows:
 def _latest_per_step(table: pa.Table, written: Callable[[], pa.Table]) -> np.ndarray:
     """Row order by (tag, step), keeping of each (tag, step) the last written record.
 
-    Rows come back in the order they were stored: chunks each ordered by (tag, step,
-    seq), so a stable sort by tag alone (a radix sort) orders them fully unless a tag's
-    steps are out of order or repeated; then a full sort on (tag, step, file, seq), whose
-    ``file_id`` and ``seq`` columns (the same rows, in the same order) ``written()`` reads
-    only then."""
+    Rows come back as a few runs each ordered by (tag, step) (a stored chunk is), so a
+    stable sort on one (tag, step) key (timsort merges the runs) orders them, unless a
+    step was written twice; then a full sort on (tag, step, file, seq), whose ``file_id``
+    and ``seq`` columns (the same rows, in the same order) ``written()`` reads only then."""
     tags = table.column("tag_id").to_numpy()
     steps = table.column("step").to_numpy()
-    small = len(tags) and tags.min() >= 0 and tags.max() < 1 << 16
-    order = np.argsort(tags.astype(np.uint16) if small else tags, kind="stable")  # radix
-    t, st = tags[order], steps[order]
-    if ((t[1:] != t[:-1]) | (st[1:] > st[:-1])).all():  # each tag's steps ascend, once each
-        return order
+    if not len(tags):
+        return np.zeros(0, dtype=np.int64)
+    low = steps.min()
+    if tags.min() >= 0 and tags.max() < 1 << 22 and steps.max() - low < 1 << 40:
+        key = (tags.astype(np.int64) << 40) | (steps - low)
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        if (ordered[1:] > ordered[:-1]).all():  # each tag's steps once each
+            return order
     keys = written()
     files, seq = keys.column("file_id").to_numpy(), keys.column("seq").to_numpy()
     order = np.lexsort((seq, files, steps, tags))
