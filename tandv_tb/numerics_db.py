@@ -272,6 +272,17 @@ class NumericsDB:
             return False  # not a name TensorBoard gives a run
         return bool(event_files(self._run_dir(run)))
 
+    def has_read(self, run: str) -> bool:
+        """Whether the run was read before (in this process, or by an earlier start)."""
+        if run in self._versions:
+            return True
+        found = self._cursor().execute(
+            "SELECT count(*) FROM files f JOIN runs r USING (run_id) "
+            "WHERE r.run = ? AND f.consumed > 0",
+            [run],
+        )
+        return found.fetchone()[0] > 0
+
     def has_numerics(self) -> bool:
         """Whether the store holds any tag at all (read by an earlier start or refresh)."""
         return self._cursor().execute("SELECT count(*) FROM tags").fetchone()[0] > 0

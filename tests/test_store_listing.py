@@ -51,17 +51,25 @@ def _empty_provider(tmp_path) -> data_provider.MultiplexerDataProvider:
     return data_provider.MultiplexerDataProvider(multiplexer, str(tmp_path / "unread"))
 
 
-def test_runs_and_tags_come_from_the_store_not_the_provider(tmp_path):
+def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path):
     _write(tmp_path / "logs" / "r", range(9), layers=3)
     _write(tmp_path / "logs" / "deep" / "s", range(4))
-    store = NumericsStore(_empty_provider(tmp_path), str(tmp_path / "logs"), str(tmp_path / "c"))
     ctx = tb_context.RequestContext()
+    logdir, cache = str(tmp_path / "logs"), str(tmp_path / "c")
+    first = NumericsStore(_empty_provider(tmp_path), logdir, cache)
+    assert first.runs(ctx, "") == {}  # never read: not built just to list it
+    assert not first.numerics_db().has_read("r")
+    for run in ("r", "deep/s"):  # a data route reads a run
+        first.run(ctx, "", run).layers("Activation")
+    assert first.numerics_db().has_read("r")
+    first.close()
+    store = NumericsStore(_empty_provider(tmp_path), logdir, cache)  # a restart
+    assert store.is_active(ctx, "")  # the store holds tags: no event file read for that
     indexes = store.runs(ctx, "")
     assert list(indexes) == ["deep/s", "r"]
     layers = indexes["r"].layers("Activation")
     assert [e.info.name for e in layers] == ["layers.0", "layers.1", "layers.2"]
     assert {e.max_step for e in layers} == {8}
-    assert store.is_active(ctx, "")  # the store holds tags: no event file read for that
     store.close()
 
 

@@ -99,11 +99,13 @@ def provider_tags(provider, plugin_name: str = metadata.PLUGIN_NAME) -> TagSourc
     return list_tags
 
 
-def store_tags(db: NumericsDB) -> TagSource:
+def store_tags(db: NumericsDB, provider) -> TagSource:
     """Tags as the plugin's store lists them: the runs under its logdir now, each read up
-    to date first (``NumericsDB.refresh``)."""
-
+    to date first (``NumericsDB.refresh``). Listing every run does not build the store of
+    a run it has never read (minutes for a large logdir's first start): such a run is
+    listed as TensorBoard's data provider lists it, until a route asks for its data."""
     held: dict[str, tuple[int, dict[str, StoredTag]]] = {}  # run -> (version, its tags)
+    from_provider = provider_tags(provider)
 
     def tags_of(run: str) -> dict[str, StoredTag]:
         version = db.refresh(run)
@@ -113,8 +115,17 @@ def store_tags(db: NumericsDB) -> TagSource:
         return held[run][1]
 
     def list_tags(ctx, experiment_id: str, run: str | None):
-        runs = db.runs() if run is None else [r for r in [run] if db.has_run(r)]
-        return {name: tags_of(name) for name in runs}
+        if run is not None:
+            return {name: tags_of(name) for name in [run] if db.has_run(name)}
+        found, listed = {}, None
+        for name in db.runs():
+            if db.has_read(name):
+                found[name] = tags_of(name)
+                continue
+            if listed is None:
+                listed = from_provider(ctx, experiment_id, None)
+            found[name] = listed.get(name, {})
+        return found
 
     return list_tags
 

@@ -73,7 +73,9 @@ class NumericsStore:
         self._provider = data_provider
         self._db = NumericsDB(logdir, cache_dir) if logdir and os.path.isdir(logdir) else None
         self.listing = Listing(
-            store_tags(self._db) if self._db is not None else provider_tags(data_provider)
+            store_tags(self._db, data_provider)
+            if self._db is not None
+            else provider_tags(data_provider)
         )
         self._results = _LRU(result_budget, lambda item: _result_size(item[1]))
         self._columns = _LRU(column_budget, lambda rows: rows.nbytes())
