@@ -3,7 +3,9 @@
 Under a local ``--logdir`` runs and tags are listed from the plugin's own store
 (``numerics_db``): it finds the runs itself and knows each tag's metadata, so the tab lists
 a run as soon as the store has read it, without waiting for TensorBoard's data server to
-read every event file (seconds at a restart of a large logdir). Where the store cannot know
+read every event file (seconds at a restart of a large logdir); a run the store has never
+read (a first start) is listed as TensorBoard lists it until a route reads it, so that
+listing never waits for a large run to be built. Where the store cannot know
 (no local logdir: ``--logdir_spec``, a remote URL) they are listed through TensorBoard's
 data provider (both loaders). Either way a listing is trusted for ``LISTING_TTL``.
 """
