@@ -5,8 +5,9 @@ written once with ``NumericsWriter`` (one event per step, as the trackers write 
 records of ``bench/plugin_load.py``). For each variant a ``tensorboard`` (default flags) is
 started and the script prints:
 
-- seconds from start until the first full heatmap of one run (every layer, every step,
-  1,000 columns) is served;
+- seconds from start until TensorBoard answers at all (its own start, the plugin's imports
+  included), and until the first full heatmap of one run (every layer, every step, 1,000
+  columns) is served;
 - resident memory of all TensorBoard processes (``tensorboard`` and its data server) after
   that heatmap and after the same for every run (runs compared side by side);
 - warm latencies (median of 15): a new heatmap query, a histogram, a series of 10 layers
@@ -88,9 +89,11 @@ def bench(logdir: Path, runs: int, layers: int, steps: int, extra: list[str], en
                 and body["total_steps"] >= min(steps, 1000)
             )
 
+        up = server.until("/data/environment", lambda body: True)  # TensorBoard's own start
         first = server.until(heatmap(0), full)
         total_steps = json.loads(server.get(heatmap(0))[1])["total_steps"]
         result = {
+            "server_up_s": round(up, 2),
             "first_full_heatmap_s": round(first, 2),
             "steps_shown": total_steps,
             "rss_after_one_run_mb": server.total_rss_mb(),

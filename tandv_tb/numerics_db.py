@@ -3,26 +3,20 @@
 TensorBoard keeps a sample of a plugin's steps in memory; a numerics tool must keep every
 one (the step where a NaN appeared is the one a sample drops). This store reads the event
 files itself (``tandv_tb.disk.event_reader``) into an embedded DuckDB database that lives in a
-cache folder outside the logdir (read-only logdirs work), so a second start is fast and the
-server's memory is bounded by DuckDB's buffer limit, not by the logdir's size.
+cache folder outside the logdir (``numerics_cache``: read-only logdirs work, a damaged or
+old store is rebuilt), so a second start is fast and the server's memory is bounded by
+DuckDB's buffer limit, not by the logdir's size.
 
 - ``records``: one row per numerics record with its step, counts and statistics as columns
   (what heatmaps and lines read, a column at a time) and where its stored vector (varint
-  bytes, ``tandv_tb.disk.summary``; for histograms and estimates) lies in its event file: the
-  event files are not copied (a vector re-encoded from an old version is kept inline);
+  bytes, ``tandv_tb.disk.summary``; for histograms and estimates) lies in its event file;
   ``casts``: the exact under/overflow per recorded format; ``tags``: each tag's metadata
   (from its first record); ``files``: how far each event file was read; ``nonfinite`` and
   ``scalars``: the watch's records and TensorBoard's scalars (the loss).
-- A run is brought up to date when it is asked for, at most once per ``REFRESH_SECS``:
-  new bytes of growing files, new files, and a file that was replaced or shrank is read
-  again from its start. Each file's new records and its new offset are committed in one
-  transaction, so a killed server leaves a store that is whole up to some offset.
-- A store that cannot be opened (damaged by a killed process, written by another
-  ``SCHEMA_VERSION``) is rebuilt; a cache folder that cannot be written, or a store held by
-  another ``tensorboard`` on the same logdir, gives way to a temporary one, with a warning:
-  a copy of the held store where there is one (DuckDB lets one process open a store; a
-  copy is ~0.1 s against seconds to read the event files again, and a copy taken in the
-  middle of the holder's write is found damaged and rebuilt), else an empty one.
+- A run is brought up to date (``numerics_ingest``) when it is asked for, at most once per
+  ``REFRESH_SECS``: new bytes of growing files, new files, and a file that was replaced or
+  shrank is read again from its start.
+- This module reads: runs, tags, columns of records, vectors, casts, the watch, scalars.
 
 DuckDB was chosen by measurement over Parquet files (``bench/RESULTS.md``): it appends,
 filters by run and tag and reads single columns without hand-written file management.
@@ -32,71 +26,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tandv_tb.disk.event_reader import Chunk, TagTable, event_runs, read_chunk
+from tandv_tb.disk.event_reader import TagTable, event_runs
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite import NonfiniteEntry, NonfiniteStep
 from tandv_tb.disk.record import COUNTS, STATISTICS
-from tandv_tb.disk.record_columns import DecodedRows, decode_rows, gather_ranges, ragged_index
+from tandv_tb.disk.record_columns import gather_ranges
+from tandv_tb.numerics_cache import close_store, open_store, store_path
+from tandv_tb.numerics_ingest import event_files, run_id_of, stored_tags, update_run
 
 logger = logging.getLogger(__name__)
 
-#: Bump when the tables change: a store of another version is rebuilt, never misread.
-SCHEMA_VERSION = 5
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
-#: DuckDB's buffer limit: what bounds the server's memory, whatever the logdir's size.
-MEMORY_LIMIT = "256MB"
-_HEAD_BYTES = 64  # a file whose first bytes changed was replaced
 _SCALARS = ("dtype_code", *COUNTS, *STATISTICS)
-
-_SCHEMA = f"""
-CREATE TABLE meta (key VARCHAR, value VARCHAR);
-CREATE TABLE runs (run_id INTEGER, run VARCHAR);
-CREATE TABLE files (file_id INTEGER, run_id INTEGER, name VARCHAR, consumed BIGINT,
-                    n_values BIGINT, head BLOB);
-CREATE TABLE tags (run_id INTEGER, tag_id INTEGER, tag VARCHAR, content BLOB,
-                   malformed BIGINT);
-CREATE TABLE records (run_id INTEGER, file_id INTEGER, seq BIGINT, tag_id INTEGER,
-                      step BIGINT, wall_time DOUBLE, dtype_code TINYINT,
-                      {", ".join(f"{c} BIGINT" for c in COUNTS)},
-                      {", ".join(f"{s} DOUBLE" for s in STATISTICS)},
-                      vector_offset BIGINT, vector_size BIGINT, vector BLOB);
-CREATE TABLE nonfinite (run_id INTEGER, file_id INTEGER, step BIGINT, position INTEGER,
-                        tensor_type VARCHAR, name VARCHAR, nan BIGINT, posinf BIGINT,
-                        neginf BIGINT);
-CREATE TABLE scalars (run_id INTEGER, file_id INTEGER, seq BIGINT, tag VARCHAR, step BIGINT,
-                      wall_time DOUBLE, value DOUBLE);
-CREATE TABLE casts (run_id INTEGER, file_id INTEGER, seq BIGINT, tag_id INTEGER,
-                    step BIGINT, format_index TINYINT, underflow BIGINT,
-                    overflow BIGINT);
-"""
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/tandv_tb`` (``~/.cache/tandv_tb``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tandv_tb"
-
-
-def store_path(logdir: str, cache_dir: str | os.PathLike | None) -> Path:
-    """The database file of a logdir: one per logdir (by its real path) and version."""
-    real = os.path.realpath(logdir)
-    key = hashlib.sha256(real.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    base = Path(cache_dir) if cache_dir else default_cache_dir()
-    return base / f"{key}-v{SCHEMA_VERSION}" / "numerics.duckdb"
 
 
 @dataclasses.dataclass
@@ -108,10 +61,16 @@ class Rows:
     steps: np.ndarray  # int64[N]
     columns: dict[str, np.ndarray]  # name -> [N]
     vectors: tuple[np.ndarray, np.ndarray] | None = None  # (bytes uint8, offsets int64[N+1])
+    #: Which rows of the query's result (in stored order) these are: lets another column of
+    #: the same tags be read alone (``NumericsDB.rows(layout=...)``).
+    order: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    n_read: int = 0
     _bounds: dict[int, tuple[int, int]] | None = dataclasses.field(default=None, repr=False)
 
     def nbytes(self) -> int:
         arrays = [self.tag_ids, self.steps, *self.columns.values()]
+        if self.order is not None:
+            arrays.append(self.order)
         return sum(a.nbytes for a in arrays)
 
     def bounds(self, tag_id: int) -> tuple[int, int]:
@@ -136,61 +95,14 @@ class NumericsDB:
     ):
         self.logdir = logdir
         self._refresh_secs = refresh_secs
-        self.path = self._open(store_path(logdir, cache_dir))
+        self._requested_path = store_path(logdir, cache_dir)
+        self._connection, self.path = open_store(self._requested_path)
         self._write_lock = threading.Lock()
         self._checked: dict[str, float] = {}
         self._tables: dict[str, TagTable] = {}
         self._versions: dict[str, int] = {}
-
-    # -- opening ---------------------------------------------------------------------------
-    def _open(self, path: Path) -> Path:
-        for attempt in (path, None):
-            if attempt is None:
-                attempt = Path(tempfile.mkdtemp(prefix="tandv_tb-")) / "numerics.duckdb"
-                _copy_store(path, attempt)
-            try:
-                self._connection = self._connect(attempt)
-                self._temporary = attempt is not path
-                return attempt
-            except (duckdb.Error, OSError) as error:
-                if attempt == path:
-                    logger.warning(
-                        "tandv_tb: cannot use the numerics store %s (%s); using a temporary "
-                        "copy of it instead (what is new in the files is read into the copy)",
-                        path,
-                        error,
-                    )
-                else:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _connect(self, path: Path) -> duckdb.DuckDBPyConnection:
-        """A connection to a store of this version at ``path``; a damaged store or one of
-        another version is deleted and made anew."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            connection = self._configure(duckdb.connect(str(path)))
-            if _schema_version(connection) == str(SCHEMA_VERSION):
-                return connection
-            connection.close()
-            logger.warning("tandv_tb: the numerics store %s is of another version: rebuilt", path)
-        except duckdb.IOException as error:
-            if "lock" in str(error).lower():
-                raise  # held by another process: not ours to delete
-            logger.warning("tandv_tb: the numerics store %s is damaged (%s): rebuilt", path, error)
-        except duckdb.Error as error:
-            logger.warning("tandv_tb: the numerics store %s is damaged (%s): rebuilt", path, error)
-        for stale in path.parent.glob(path.name + "*"):  # the database and its WAL
-            stale.unlink()
-        connection = self._configure(duckdb.connect(str(path)))
-        _schema_version(connection)
-        return connection
-
-    @staticmethod
-    def _configure(connection: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-        connection.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
-        connection.execute("SET threads = 2")
-        return connection
+        self._max_steps: dict[str, tuple[int, dict[int, int]]] = {}  # run -> (version, ...)
+        self._run_ids: dict[str, int] = {}  # run -> its id in the store (never changes)
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of this thread's own (one DuckDB connection is not thread-safe)."""
@@ -198,9 +110,7 @@ class NumericsDB:
 
     def close(self) -> None:
         """Close the store; a temporary one is deleted."""
-        self._connection.close()
-        if self._temporary:
-            shutil.rmtree(self.path.parent, ignore_errors=True)
+        close_store(self._connection, self.path, self._requested_path)
 
     # -- keeping up with the files -----------------------------------------------------------
     def refresh(self, run: str) -> int:
@@ -227,119 +137,23 @@ class NumericsDB:
         return Path(self.logdir) if run == "." else Path(self.logdir, *run.split("/"))
 
     def _update(self, cursor, run: str) -> None:
-        run_id = self._run_id(cursor, run)
-        table = self._table(cursor, run, run_id)
-        known = {
-            name: (file_id, consumed, n_values, head)
-            for file_id, name, consumed, n_values, head in cursor.execute(
-                "SELECT file_id, name, consumed, n_values, head FROM files WHERE run_id = ?",
-                [run_id],
-            ).fetchall()
-        }
-        present = _event_files(self._run_dir(run))
-        changed = False
-        for name in set(known) - set(present):  # deleted: its records are gone too
-            self._forget_file(cursor, run_id, known.pop(name)[0])
-            changed = True
-        for name, size in present.items():
-            path = str(self._run_dir(run) / name)
-            head = _head(path)
-            entry = known.get(name)
-            if entry is not None and (size < entry[1] or head[: len(entry[3])] != entry[3]):
-                logger.info("tandv_tb: %s was replaced or shrank: read again", path)
-                self._forget_file(cursor, run_id, entry[0])
-                entry, changed = None, True
-            if entry is None:
-                entry = (self._new_file(cursor, run_id, name, head), 0, 0, head)
-            file_id, consumed, n_values, _ = entry
-            while consumed < size:
-                chunk = read_chunk(path, consumed, table, final=False)
-                if chunk.end <= consumed:
-                    break
-                self._ingest(cursor, run_id, file_id, n_values, chunk, table, head)
-                consumed, n_values, changed = chunk.end, n_values + len(chunk), True
+        run_id = run_id_of(cursor, run)
+        if run not in self._tables:
+            self._tables[run] = stored_tags(cursor, run_id)
+        changed = update_run(cursor, self._run_dir(run), run_id, self._tables[run])
         if changed or run not in self._versions:
             self._versions[run] = self._versions.get(run, 0) + 1
 
-    def _run_id(self, cursor, run: str) -> int:
-        found = cursor.execute("SELECT run_id FROM runs WHERE run = ?", [run]).fetchone()
-        if found:
-            return found[0]
-        run_id = cursor.execute("SELECT coalesce(max(run_id) + 1, 0) FROM runs").fetchone()[0]
-        cursor.execute("INSERT INTO runs VALUES (?, ?)", [run_id, run])
-        return run_id
-
-    def _table(self, cursor, run: str, run_id: int) -> TagTable:
-        """The run's tags as stored (metadata is in a tag's first record only)."""
-        if run not in self._tables:
-            table = TagTable()
-            for tag, content in cursor.execute(
-                "SELECT tag, content FROM tags WHERE run_id = ? ORDER BY tag_id", [run_id]
-            ).fetchall():
-                table.add(tag, content)
-            self._tables[run] = table
-        return self._tables[run]
-
-    def _new_file(self, cursor, run_id: int, name: str, head: bytes) -> int:
-        file_id = cursor.execute("SELECT coalesce(max(file_id) + 1, 0) FROM files").fetchone()[0]
-        cursor.execute("INSERT INTO files VALUES (?, ?, ?, 0, 0, ?)", [file_id, run_id, name, head])
-        return file_id
-
-    def _forget_file(self, cursor, run_id: int, file_id: int) -> None:
-        cursor.execute("BEGIN TRANSACTION")
-        for table in ("records", "casts", "nonfinite", "scalars", "files"):
-            cursor.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
-        cursor.execute("COMMIT")
-
-    def _ingest(
-        self,
-        cursor,
-        run_id: int,
-        file_id: int,
-        first_seq: int,
-        chunk: Chunk,
-        table: TagTable,
-        head: bytes,
-    ) -> None:
-        """One chunk's records, its new tags and the file's new offset, in one transaction."""
-        for problem in chunk.problems:
-            logger.warning("tandv_tb: %s", problem)
-        stored_tags = cursor.execute(
-            "SELECT count(*) FROM tags WHERE run_id = ?", [run_id]
-        ).fetchone()[0]
-        n_formats = np.array([len(i.formats) if i else 0 for i in table.infos], dtype=np.int64)
-        rows = decode_rows(chunk.contents, chunk.sizes, n_formats[chunk.tags])
-        malformed = np.bincount(chunk.tags, minlength=len(table)) - np.bincount(
-            chunk.tags[rows.kept], minlength=len(table)
-        )
-        cursor.execute("BEGIN TRANSACTION")
-        if len(table) > stored_tags:
-            new = range(stored_tags, len(table))
-            tags = pa.table(
-                {
-                    "run_id": pa.array([run_id] * len(new), pa.int32()),
-                    "tag_id": pa.array(new, pa.int32()),
-                    "tag": pa.array(table.names[stored_tags:], pa.string()),
-                    "content": pa.array(table.contents[stored_tags:], pa.binary()),
-                    "malformed": pa.array([0] * len(new), pa.int64()),
-                }
+    def _stored_run_id(self, run: str) -> int:
+        """The run's id in the store (-1, matching nothing, for a run never read)."""
+        if run not in self._run_ids:
+            found = (
+                self._cursor().execute("SELECT run_id FROM runs WHERE run = ?", [run]).fetchone()
             )
-            _insert(cursor, "tags", tags)
-        for tag_id in np.flatnonzero(malformed).tolist():
-            cursor.execute(
-                "UPDATE tags SET malformed = malformed + ? WHERE run_id = ? AND tag_id = ?",
-                [int(malformed[tag_id]), run_id, tag_id],
-            )
-        records, casts = _arrow_rows(run_id, file_id, first_seq, chunk, rows)
-        _insert(cursor, "records", records)
-        _insert(cursor, "casts", casts)
-        _insert(cursor, "nonfinite", _nonfinite_rows(run_id, file_id, chunk))
-        _insert(cursor, "scalars", _scalar_rows(run_id, file_id, first_seq, chunk))
-        cursor.execute(
-            "UPDATE files SET consumed = ?, n_values = ?, head = ? WHERE file_id = ?",
-            [chunk.end, first_seq + len(chunk), head, file_id],
-        )
-        cursor.execute("COMMIT")
+            if found is None:
+                return -1
+            self._run_ids[run] = found[0]
+        return self._run_ids[run]
 
     # -- reading -----------------------------------------------------------------------------
     def tags(self, run: str) -> dict[str, tuple[int, TagInfo | None, int]]:
@@ -367,22 +181,51 @@ class NumericsDB:
         *,
         vectors: bool = False,
         steps: tuple[int, ...] | None = None,
+        layout: Rows | None = None,
     ) -> Rows:
         """The given scalar ``columns`` (of ``_SCALARS`` and ``wall_time``) of every record
-        of the tags (or only at ``steps``), and their stored vectors if asked."""
+        of the tags (or only at ``steps``), and their stored vectors if asked.
+
+        ``layout``: ``Rows`` of the same tags read before while the run's data did not
+        change (same ``refresh`` version): then only ``columns`` are read, and put in its
+        order. DuckDB returns rows in stored order (``preserve_insertion_order``, its
+        default), so the same query gives the same rows in the same order."""
         wanted = [c for c in columns if c in (*_SCALARS, "wall_time")]
-        select = ", ".join(["tag_id", "step", "file_id", "seq", *wanted])
-        if vectors:
-            select += ", vector_offset, vector_size, vector"
-        where = "run_id = (SELECT run_id FROM runs WHERE run = ?) AND tag_id IN "
-        where += "(SELECT unnest(?::INTEGER[]))"
-        params: list = [run, list(tag_ids)]
+        # ``list_contains`` and a known run id: several times faster than ``IN (SELECT ...)``
+        where = "run_id = ? AND list_contains(?::INTEGER[], tag_id)"
+        params: list = [self._stored_run_id(run), list(tag_ids)]
         if steps is not None:
             where += " AND step IN (SELECT unnest(?::BIGINT[]))"
             params.append(list(steps))
-        table = self._arrow(f"SELECT {select} FROM records WHERE {where}", params)
-        order = _latest_per_step(table)
+        if layout is not None and layout.order is not None and wanted and not vectors:
+            table = self._arrow(f"SELECT {', '.join(wanted)} FROM records WHERE {where}", params)
+            if table.num_rows == layout.n_read:
+                return Rows(
+                    layout.tag_ids,
+                    layout.steps,
+                    {c: table.column(c).to_numpy()[layout.order] for c in wanted},
+                    order=layout.order,
+                    n_read=layout.n_read,
+                    _bounds=layout._bounds,
+                )
+        select = ", ".join(["tag_id", "step", *wanted])
+        if vectors:
+            select += ", file_id, vector_offset, vector_size, vector"
+        cursor = self._cursor()
+        cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
+        try:
+            table = cursor.sql(f"SELECT {select} FROM records WHERE {where}", params=params)
+            table = table.to_arrow_table()
+            order = _latest_per_step(
+                table,
+                lambda: cursor.sql(
+                    f"SELECT file_id, seq FROM records WHERE {where}", params=params
+                ).to_arrow_table(),
+            )
+        finally:
+            cursor.execute("COMMIT")
         found = _rows_at(table, order, wanted)
+        found.order, found.n_read = order, table.num_rows
         if vectors:
             found.vectors = self._vectors(run, table, order)
         return found
@@ -423,6 +266,50 @@ class NumericsDB:
         """The runs under the logdir (folders holding event files), as TensorBoard names
         them ("." for the logdir itself)."""
         return sorted(event_runs(Path(self.logdir)))
+
+    def has_run(self, run: str) -> bool:
+        """Whether ``run`` is a folder of the logdir that holds event files now."""
+        parts = run.split("/")
+        if "\0" in run or (run != "." and any(part in ("", ".", "..") for part in parts)):
+            return False  # not a name TensorBoard gives a run
+        return bool(event_files(self._run_dir(run)))
+
+    def has_read(self, run: str) -> bool:
+        """Whether the run was read before (in this process, or by an earlier start)."""
+        if run in self._versions:
+            return True
+        found = self._cursor().execute(
+            "SELECT count(*) FROM files f JOIN runs r USING (run_id) "
+            "WHERE r.run = ? AND f.consumed > 0",
+            [run],
+        )
+        return found.fetchone()[0] > 0
+
+    def has_numerics(self) -> bool:
+        """Whether the store holds any tag at all (read by an earlier start or refresh)."""
+        return self._cursor().execute("SELECT count(*) FROM tags").fetchone()[0] > 0
+
+    def tag_listing(self, run: str) -> dict[str, tuple[bytes, int]]:
+        """``{tag: (its metadata's plugin content, its last stored step)}`` of every tag of
+        this plugin in the run (as of its last ``refresh``): what listing a tag needs."""
+        table = self._tables.get(run)
+        if table is None:
+            return {}
+        version = self._versions.get(run, 0)
+        held = self._max_steps.get(run)
+        if held is None or held[0] != version:
+            last = self._cursor().execute(
+                "SELECT tag_id, max(step) FROM records "
+                "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) GROUP BY tag_id",
+                [run],
+            )
+            held = (version, dict(last.fetchall()))
+            self._max_steps[run] = held
+        steps = held[1]
+        return {
+            name: (content, steps.get(tag_id, 0))
+            for tag_id, (name, content) in enumerate(zip(table.names, table.contents))
+        }
 
     def nonfinite(self, run: str) -> list[NonfiniteStep]:
         """The watch's records of a run, by step, entries in execution order."""
@@ -469,156 +356,15 @@ class NumericsDB:
         ``{tag_id: the format's index in that tag's formats}``."""
         table = self._arrow(
             "SELECT tag_id, step, file_id, seq, format_index, underflow, overflow FROM casts "
-            "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) "
-            "AND tag_id IN (SELECT unnest(?::INTEGER[])) "
-            "AND format_index IN (SELECT unnest(?::INTEGER[]))",
-            [run, list(tags), sorted(set(tags.values()))],
+            "WHERE run_id = ? AND list_contains(?::INTEGER[], tag_id) "
+            "AND list_contains(?::INTEGER[], format_index)",
+            [self._stored_run_id(run), list(tags), sorted(set(tags.values()))],
         )
         wanted = np.full(max(tags, default=0) + 1, -1)
         wanted[list(tags)] = list(tags.values())
         keep = wanted[table.column("tag_id").to_numpy()] == table.column("format_index").to_numpy()
         table = table.filter(pa.array(keep))
-        return _rows_at(table, _latest_per_step(table), ("underflow", "overflow"))
-
-
-def _insert(cursor, table: str, rows: pa.Table | None) -> None:
-    """Append an Arrow table's rows (None or empty: nothing) to one of the store's tables."""
-    if rows is None or not rows.num_rows:
-        return
-    cursor.register("batch", rows)
-    cursor.execute(f"INSERT INTO {table} SELECT * FROM batch")
-    cursor.unregister("batch")
-
-
-def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> pa.Table | None:
-    """The watch's entries of a chunk, one row each, ``position`` in execution order."""
-    rows = [
-        (step, position, e.tensor_type, e.name, e.nan, e.posinf, e.neginf)
-        for step, entries in chunk.nonfinite
-        for position, e in enumerate(entries)
-    ]
-    if not rows:
-        return None
-    step, position, tensor_type, name, nan, posinf, neginf = zip(*rows)
-    return pa.table(
-        {
-            "run_id": pa.array([run_id] * len(rows), pa.int32()),
-            "file_id": pa.array([file_id] * len(rows), pa.int32()),
-            "step": pa.array(step, pa.int64()),
-            "position": pa.array(position, pa.int32()),
-            "tensor_type": pa.array(tensor_type, pa.string()),
-            "name": pa.array(name, pa.string()),
-            "nan": pa.array(nan, pa.int64()),
-            "posinf": pa.array(posinf, pa.int64()),
-            "neginf": pa.array(neginf, pa.int64()),
-        }
-    )
-
-
-def _scalar_rows(run_id: int, file_id: int, first_seq: int, chunk: Chunk) -> pa.Table | None:
-    if not chunk.scalars:
-        return None
-    tag, step, wall_time, value = zip(*chunk.scalars)
-    n = len(tag)
-    return pa.table(
-        {
-            "run_id": pa.array([run_id] * n, pa.int32()),
-            "file_id": pa.array([file_id] * n, pa.int32()),
-            "seq": pa.array(range(first_seq, first_seq + n), pa.int64()),
-            "tag": pa.array(tag, pa.string()),
-            "step": pa.array(step, pa.int64()),
-            "wall_time": pa.array(wall_time, pa.float64()),
-            "value": pa.array(value, pa.float64()),
-        }
-    )
-
-
-def _schema_version(connection: duckdb.DuckDBPyConnection) -> str | None:
-    """The store's schema version; ``SCHEMA_VERSION`` for a new, empty database (whose
-    tables are made here)."""
-    tables = connection.execute("SELECT table_name FROM information_schema.tables").fetchall()
-    if not tables:
-        connection.execute(_SCHEMA)
-        connection.execute("INSERT INTO meta VALUES ('schema', ?)", [str(SCHEMA_VERSION)])
-        return str(SCHEMA_VERSION)
-    found = connection.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-    return found[0] if found else None
-
-
-def _event_files(directory: Path) -> dict[str, int]:
-    """``{name: size}`` of the event files directly in ``directory`` (a run's own)."""
-    found = {}
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            if "tfevents" in entry.name:
-                with contextlib.suppress(OSError):
-                    if entry.is_file():
-                        found[entry.name] = entry.stat().st_size
-    return dict(sorted(found.items()))
-
-
-def _head(path: str) -> bytes:
-    try:
-        with open(path, "rb") as file:
-            return file.read(_HEAD_BYTES)
-    except OSError:
-        return b""
-
-
-def _arrow_rows(
-    run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows
-) -> tuple[pa.Table, pa.Table | None]:
-    """The ``records`` and ``casts`` rows of a chunk's readable records, ordered by (tag,
-    step, seq): rows are read back by tag, and a store of chunks each so ordered comes
-    back in a few sorted runs (``_latest_per_step``)."""
-    order = np.lexsort((rows.kept, chunk.steps[rows.kept], chunk.tags[rows.kept]))
-    kept = rows.kept[order]
-    n = len(kept)
-    seq = first_seq + kept
-    tag_ids = chunk.tags[kept]
-    steps = chunk.steps[kept]
-    columns = {
-        "run_id": np.full(n, run_id, dtype=np.int32),
-        "file_id": np.full(n, file_id, dtype=np.int32),
-        "seq": seq.astype(np.int64),
-        "tag_id": tag_ids.astype(np.int32),
-        "step": steps,
-        "wall_time": chunk.wall_times[kept],
-        "dtype_code": rows.dtype_codes[order].astype(np.int8),
-    }
-    columns.update({c: rows.counts[order, i] for i, c in enumerate(COUNTS)})
-    columns.update({s: rows.statistics[order, i] for i, s in enumerate(STATISTICS)})
-    sizes = chunk.sizes[kept]
-    at = chunk.file_offsets[kept]
-    columns["vector_offset"] = at
-    columns["vector_size"] = sizes
-    inline = np.flatnonzero(at < 0)  # re-encoded vectors: kept here, the others in the file
-    blobs = [None] * n
-    contents_at = chunk.offsets[kept]
-    for row in inline.tolist():
-        blobs[row] = chunk.contents[contents_at[row] : contents_at[row] + sizes[row]].tobytes()
-    columns["vector"] = pa.array(blobs, pa.binary())
-    records = pa.table(columns)
-    n_pairs = (np.diff(rows.cast_starts) // 2)[order]
-    if not n_pairs.any():
-        return records, None
-    row_of_pair = np.repeat(np.arange(n), n_pairs)
-    first_pair = np.concatenate(([0], np.cumsum(n_pairs)[:-1]))
-    pair_in_row = np.arange(len(row_of_pair)) - np.repeat(first_pair, n_pairs)
-    casts = rows.casts[ragged_index(rows.cast_starts[:-1][order], 2 * n_pairs)]
-    casts = pa.table(
-        {
-            "run_id": np.full(len(row_of_pair), run_id, dtype=np.int32),
-            "file_id": np.full(len(row_of_pair), file_id, dtype=np.int32),
-            "seq": seq[row_of_pair].astype(np.int64),
-            "tag_id": tag_ids[row_of_pair].astype(np.int32),
-            "step": steps[row_of_pair],
-            "format_index": pair_in_row.astype(np.int8),
-            "underflow": casts[0::2],
-            "overflow": casts[1::2],
-        }
-    )
-    return records, casts
+        return _rows_at(table, _latest_per_step(table, lambda: table), ("underflow", "overflow"))
 
 
 def _rows_at(table: pa.Table, order: np.ndarray, columns) -> Rows:
@@ -630,30 +376,28 @@ def _rows_at(table: pa.Table, order: np.ndarray, columns) -> Rows:
     )
 
 
-def _latest_per_step(table: pa.Table) -> np.ndarray:
+def _latest_per_step(table: pa.Table, written: Callable[[], pa.Table]) -> np.ndarray:
     """Row order by (tag, step), keeping of each (tag, step) the last written record.
 
-    Rows come back in the order they were stored: chunks each ordered by (tag, step,
-    seq), so a stable sort by tag alone (a radix sort) orders them fully unless a tag's
-    steps are out of order or repeated; then a full sort on (tag, step, file, seq)."""
+    Rows come back as a few runs each ordered by (tag, step) (a stored chunk is), so a
+    stable sort on one (tag, step) key (timsort merges the runs) orders them, unless a
+    step was written twice; then a full sort on (tag, step, file, seq), whose ``file_id``
+    and ``seq`` columns (the same rows, in the same order) ``written()`` reads only then."""
     tags = table.column("tag_id").to_numpy()
     steps = table.column("step").to_numpy()
-    small = len(tags) and tags.min() >= 0 and tags.max() < 1 << 16
-    order = np.argsort(tags.astype(np.uint16) if small else tags, kind="stable")  # radix
-    t, st = tags[order], steps[order]
-    if ((t[1:] != t[:-1]) | (st[1:] > st[:-1])).all():  # each tag's steps ascend, once each
-        return order
-    files, seq = table.column("file_id").to_numpy(), table.column("seq").to_numpy()
+    if not len(tags):
+        return np.zeros(0, dtype=np.int64)
+    low = steps.min()
+    if tags.min() >= 0 and tags.max() < 1 << 22 and steps.max() - low < 1 << 40:
+        key = (tags.astype(np.int64) << 40) | (steps - low)
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        if (ordered[1:] > ordered[:-1]).all():  # each tag's steps once each
+            return order
+    keys = written()
+    files, seq = keys.column("file_id").to_numpy(), keys.column("seq").to_numpy()
     order = np.lexsort((seq, files, steps, tags))
     t, st = tags[order], steps[order]
     last = np.ones(len(order), dtype=bool)
     last[:-1] = (t[1:] != t[:-1]) | (st[1:] != st[:-1])
     return order[last]
-
-
-def _copy_store(store: Path, to: Path) -> None:
-    """Copy a store (the database, then its write-ahead log) where one can be read, else
-    nothing (the copy starts empty)."""
-    for suffix in ("", ".wal"):
-        with contextlib.suppress(OSError):
-            shutil.copyfile(f"{store}{suffix}", f"{to}{suffix}")

@@ -50,7 +50,10 @@ def union_steps(step_arrays: list[np.ndarray], low: int | None, high: int | None
     """The sorted union of the steps, restricted to ``[low, high]``."""
     if not step_arrays:
         return np.zeros(0, dtype=np.int64)
-    steps = np.unique(np.concatenate(step_arrays))
+    if _all_equal(step_arrays):  # the usual case (every layer recorded at the same steps)
+        steps = np.unique(step_arrays[0])
+    else:
+        steps = np.unique(np.concatenate(step_arrays))
     return steps[_in_window(steps, low, high)]
 
 
@@ -81,6 +84,8 @@ def reduce_rows(
     present = np.zeros((n_rows, n_cols), dtype=bool)
     if n_cols == 0 or n_rows == 0:
         return out, present
+    if _all_equal([steps for steps, _ in rows] + [columns.steps]):
+        return _reduce_matrix(columns, [values for _, values in rows], how), ~present
     keys, values = [], []
     for index, (steps, row_values) in enumerate(rows):
         keep = _in_window(steps, low, high)
@@ -106,3 +111,26 @@ def reduce_rows(
     out.flat[cells] = reduced
     present.flat[cells] = True
     return out, present
+
+
+def _all_equal(arrays: list[np.ndarray]) -> bool:
+    first = arrays[0]
+    return all(a is first or np.array_equal(a, first) for a in arrays[1:])
+
+
+def _reduce_matrix(columns: Columns, rows: list[np.ndarray], how: str) -> np.ndarray:
+    """``reduce_rows`` where every row holds a value at each of ``columns.steps``: the
+    rows as one matrix, each column's steps reduced at once (the same cells, in the same
+    order, as the general path)."""
+    matrix = np.stack(rows).astype(np.float64, copy=False)
+    starts = columns.bounds[:-1]
+    if how == "max":
+        return np.maximum.reduceat(matrix, starts, axis=1)
+    if how == "min":
+        return np.minimum.reduceat(matrix, starts, axis=1)
+    if how == "mean":
+        with np.errstate(invalid="ignore"):
+            return np.add.reduceat(matrix, starts, axis=1) / columns.sizes
+    if how == "last":
+        return matrix[:, columns.bounds[1:] - 1]
+    raise ValueError(f"unknown reduction {how!r}")

@@ -1,9 +1,13 @@
-"""The numerics runs and tags TensorBoard lists (metadata only), by tensor type and layer.
+"""The numerics runs and tags of the logdir (metadata only), by tensor type and layer.
 
-Runs and tags are listed through TensorBoard's data provider (both loaders), at most once
-per ``LISTING_TTL``: listing is cheap because TensorBoard keeps only one step of each
-numerics tag (the plugin's loader sets that default); the data themselves come from the
-plugin's own store (``numerics_db``).
+Under a local ``--logdir`` runs and tags are listed from the plugin's own store
+(``numerics_db``): it finds the runs itself and knows each tag's metadata, so the tab lists
+a run as soon as the store has read it, without waiting for TensorBoard's data server to
+read every event file (seconds at a restart of a large logdir); a run the store has never
+read (a first start) is listed as TensorBoard lists it until a route reads it, so that
+listing never waits for a large run to be built. Where the store cannot know
+(no local logdir: ``--logdir_spec``, a remote URL) they are listed through TensorBoard's
+data provider (both loaders). Either way a listing is trusted for ``LISTING_TTL``.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from tensorboard.data import provider as tb_provider
 
 from tandv_tb.disk import metadata
+from tandv_tb.numerics_db import NumericsDB
 from tandv_tb.plugin.params import NotFound
 
 logger = logging.getLogger(__name__)
@@ -62,24 +68,86 @@ class RunIndex:
         return entry
 
 
-class Listing:
-    """Runs and numerics tags as TensorBoard's data provider lists them, briefly cached."""
+class TagSeries(Protocol):
+    """What a listing needs of a tag (``tb_provider.TensorTimeSeries`` has it)."""
 
-    def __init__(self, provider, plugin_name: str = metadata.PLUGIN_NAME, ttl: float = LISTING_TTL):
-        self._provider = provider
-        self._plugin_name = plugin_name
+    plugin_content: bytes
+    max_step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredTag:
+    """A tag as the store lists it."""
+
+    plugin_content: bytes
+    max_step: int
+
+
+#: ``(ctx, experiment_id, run or None for every run) -> {run: {tag: TagSeries}}``
+TagSource = Callable[[object, str, str | None], dict[str, dict[str, TagSeries]]]
+
+
+def provider_tags(provider, plugin_name: str = metadata.PLUGIN_NAME) -> TagSource:
+    """Tags as TensorBoard's data provider lists them."""
+
+    def list_tags(ctx, experiment_id: str, run: str | None):
+        return provider.list_tensors(
+            ctx,
+            experiment_id=experiment_id,
+            plugin_name=plugin_name,
+            run_tag_filter=tb_provider.RunTagFilter(runs=[run]) if run is not None else None,
+        )
+
+    return list_tags
+
+
+def store_tags(db: NumericsDB, provider) -> TagSource:
+    """Tags as the plugin's store lists them: the runs under its logdir now, each read up
+    to date first (``NumericsDB.refresh``). Listing every run does not build the store of
+    a run it has never read (minutes for a large logdir's first start): such a run is
+    listed as TensorBoard's data provider lists it, until a route asks for its data."""
+    held: dict[str, tuple[int, dict[str, StoredTag]]] = {}  # run -> (version, its tags)
+    from_provider = provider_tags(provider)
+
+    def tags_of(run: str) -> dict[str, StoredTag]:
+        version = db.refresh(run)
+        if run not in held or held[run][0] != version:
+            listed = db.tag_listing(run)
+            held[run] = (version, {tag: StoredTag(*entry) for tag, entry in listed.items()})
+        return held[run][1]
+
+    def list_tags(ctx, experiment_id: str, run: str | None):
+        if run is not None:
+            return {name: tags_of(name) for name in [run] if db.has_run(name)}
+        found, listed = {}, None
+        for name in db.runs():
+            if db.has_read(name):
+                found[name] = tags_of(name)
+                continue
+            if listed is None:
+                listed = from_provider(ctx, experiment_id, None)
+            found[name] = listed.get(name, {})
+        return found
+
+    return list_tags
+
+
+class Listing:
+    """Runs and numerics tags as ``source`` lists them, briefly cached."""
+
+    def __init__(self, source: TagSource, ttl: float = LISTING_TTL):
+        self._source = source
         self._ttl = ttl
         self._listings: dict[tuple, tuple[float, object]] = {}
         self._lock = threading.Lock()
         self._infos: dict[bytes, tuple[metadata.TagInfo | None, str]] = {}
+        self._indexes: dict[str, tuple[object, RunIndex]] = {}  # run -> (its tags, index)
 
     def runs(self, ctx, experiment_id: str) -> dict[str, RunIndex]:
         """Every run holding numerics, by name."""
 
         def build():
-            listing = self._provider.list_tensors(
-                ctx, experiment_id=experiment_id, plugin_name=self._plugin_name
-            )
+            listing = self._source(ctx, experiment_id, None)
             runs = {run: self._index(run, tags) for run, tags in listing.items()}
             return {
                 run: index for run, index in sorted(runs.items()) if index.entries or index.skipped
@@ -91,13 +159,7 @@ class Listing:
         """The numerics tags of one run; 404 for a run without numerics."""
 
         def build():
-            listing = self._provider.list_tensors(
-                ctx,
-                experiment_id=experiment_id,
-                plugin_name=self._plugin_name,
-                run_tag_filter=tb_provider.RunTagFilter(runs=[run]),
-            )
-            return self._index(run, listing.get(run, {}))
+            return self._index(run, self._source(ctx, experiment_id, run).get(run, {}))
 
         index = self._listed((experiment_id, run), build)
         if not index.entries:
@@ -118,7 +180,19 @@ class Listing:
             self._listings[key] = (now, value)
         return value
 
-    def _index(self, run: str, tags: dict) -> RunIndex:
+    def _index(self, run: str, tags: dict[str, TagSeries]) -> RunIndex:
+        """The run's ``RunIndex``, made again only when its source gave another listing."""
+        held = self._indexes.get(run)
+        if held is not None and held[0] is tags:
+            return held[1]
+        index = self._make_index(run, tags)
+        with self._lock:
+            if len(self._indexes) > 1000:
+                self._indexes.clear()
+            self._indexes[run] = (tags, index)
+        return index
+
+    def _make_index(self, run: str, tags: dict[str, TagSeries]) -> RunIndex:
         entries: dict[tuple[str, str], TagEntry] = {}
         skipped = []
         for tag in sorted(tags):

@@ -84,7 +84,7 @@ class NumericsPlugin(base_plugin.TBPlugin):
         did not already show ``tandv`` data)."""
         if self._store is None:
             return False
-        return bool(self._store.runs(tb_context.RequestContext(), ""))
+        return self._store.is_active(tb_context.RequestContext(), "")
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path=ES_MODULE_PATH, tab_name="Numerics")

@@ -17,7 +17,7 @@ from tandv_tb.disk.record_columns import decode_rows
 from tandv_tb.disk.summary import decode_tensor
 from tandv_tb.numerics_db import NumericsDB, Rows
 from tandv_tb.plugin.columns import Bins, LayerSeries, Needs
-from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry
+from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry, provider_tags, store_tags
 from tandv_tb.plugin.params import NotFound
 
 SCALARS_PLUGIN = "scalars"
@@ -58,7 +58,8 @@ class _LRU:
 
 
 class NumericsStore:
-    """Runs from TensorBoard's listing, their numerics from the plugin's own store."""
+    """Runs, tags and numerics from the plugin's own store (runs and tags from
+    TensorBoard's listing where there is no local logdir); scalars from TensorBoard."""
 
     def __init__(
         self,
@@ -70,8 +71,12 @@ class NumericsStore:
         column_budget: int = 128 << 20,
     ):
         self._provider = data_provider
-        self.listing = Listing(data_provider)
         self._db = NumericsDB(logdir, cache_dir) if logdir and os.path.isdir(logdir) else None
+        self.listing = Listing(
+            store_tags(self._db, data_provider)
+            if self._db is not None
+            else provider_tags(data_provider)
+        )
         self._results = _LRU(result_budget, lambda item: _result_size(item[1]))
         self._columns = _LRU(column_budget, lambda rows: rows.nbytes())
 
@@ -97,6 +102,14 @@ class NumericsStore:
 
     def run(self, ctx, experiment_id: str, run: str) -> RunIndex:
         return self.listing.run(ctx, experiment_id, run)
+
+    def is_active(self, ctx, experiment_id: str) -> bool:
+        """Whether any run holds numerics, without reading event files where it can: the
+        store already holds tags (a restart), or TensorBoard lists some numerics tags."""
+        if self._db is not None and self._db.has_numerics():
+            return True
+        listing = provider_tags(self._provider)(ctx, experiment_id, None)
+        return any(listing.values())
 
     def version(self, run: str) -> int:
         """The run's data version, after reading what is new in its files."""
@@ -148,8 +161,8 @@ class NumericsStore:
         held = self._columns.get(key)
         missing = [c for c in columns if held is None or c not in held.columns]
         if missing:
-            found = self._store().rows(run, tag_ids, tuple(missing))
-            if held is not None and np.array_equal(held.steps, found.steps):
+            found = self._store().rows(run, tag_ids, tuple(missing), layout=held)
+            if held is not None and found.order is held.order:  # the same rows: join
                 found.columns = {**held.columns, **found.columns}
             elif held is not None:  # the records changed in between: read them all again
                 found = self._store().rows(run, tag_ids, columns)
