@@ -41,11 +41,13 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tandv_tb.disk.event_reader import Chunk, TagTable, event_runs, read_chunk
+from tandv_tb.disk.chunk_values import Chunk
+from tandv_tb.disk.event_reader import event_runs, read_chunk
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite import NonfiniteEntry, NonfiniteStep
 from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.disk.record_columns import DecodedRows, decode_rows, gather_ranges, ragged_index
+from tandv_tb.disk.tag_table import TagTable
 
 logger = logging.getLogger(__name__)
 

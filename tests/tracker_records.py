@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from tensorboard.util import tensor_util
 
 from tandv_tb.disk import metadata, summary
-from tandv_tb.stats import NumericsRecord
+from tandv_tb.disk.record import NumericsRecord
 
 
 @dataclasses.dataclass
