@@ -5,19 +5,11 @@ so neither framework is needed for the other); ``tandv_tb.lightning`` and
 ``tandv_tb.transformers`` hold ``NumericsCallback`` for Lightning's and Hugging Face's
 trainers (imported on demand too); ``NumericsWriter`` writes any tensor;
 ``read_frame``/``write_frame`` are the pandas interop; ``findings`` names what went wrong
-(imported on first use: ``tandv_tb.diagnosis``).
+(imported on first use: ``tandv_tb.diagnosis``). Every public name is imported on first
+use (``_EXPORTS``).
 """
 
-from tandv_tb.frame import (
-    DataWarning,
-    EstimateWarning,
-    SchemaError,
-    read_frame,
-    to_tandv,
-    validate,
-    write_frame,
-)
-from tandv_tb.writer import NumericsWriter, WriteFailureWarning
+import importlib
 
 __version__ = "0.1.0"
 
@@ -35,9 +27,31 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name == "findings":  # the engine and its store (DuckDB) load only when used
-        from tandv_tb.diagnosis import findings
+#: Where each public name lives; imported on first use, so that ``import tandv_tb`` (and
+#: TensorBoard's plugin process, which imports ``tandv_tb.plugin``) loads neither pandas,
+#: numba nor a framework until a name that needs them is used.
+_EXPORTS = {
+    "DataWarning": "tandv_tb.frame",
+    "EstimateWarning": "tandv_tb.frame",
+    "findings": "tandv_tb.diagnosis",
+    "NumericsWriter": "tandv_tb.writer",
+    "SchemaError": "tandv_tb.frame",
+    "read_frame": "tandv_tb.frame",
+    "to_tandv": "tandv_tb.frame",
+    "WriteFailureWarning": "tandv_tb.writer",
+    "validate": "tandv_tb.frame",
+    "write_frame": "tandv_tb.frame",
+}
 
-        return findings
-    raise AttributeError(f"module 'tandv_tb' has no attribute {name!r}")
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tandv_tb' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access skips __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
