@@ -19,9 +19,8 @@ import numpy as np
 from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
-from tandv_tb.disk.summary import BINS_OFFSET, decode_varint_parts
+from tandv_tb.disk.summary import BINS_OFFSET, HEADER, decode_varint_parts
 
-HEADER = len(COUNTS) + 3  # dtype_code, the counts, bins_lo + BINS_OFFSET, n_bins
 _FLOAT64_CODE = metadata.DTYPE_CODES.index("float64")
 _MIN_EXPONENT = np.array([fmt.info(d).min_exponent for d in metadata.DTYPE_CODES])
 _MAX_EXPONENT = np.array([fmt.info(d).max_exponent for d in metadata.DTYPE_CODES])

@@ -43,7 +43,8 @@ from tandv_tb.disk.metadata import DTYPE_CODES, TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 
 BINS_OFFSET = 1100
-_HEADER = len(COUNTS) + 3  # dtype_code, the counts, bins_lo + offset, n_bins
+#: Values before the bins: dtype_code, the counts, bins_lo + BINS_OFFSET, n_bins.
+HEADER = len(COUNTS) + 3
 
 
 _CODE_OF = {name: code for code, name in enumerate(DTYPE_CODES)}
@@ -77,8 +78,8 @@ def encode_record(record: NumericsRecord, formats: tuple[str, ...]) -> np.ndarra
     if n_bins and counts.min() < 0:
         raise ValueError("histogram counts must be non-negative")
     statistics = record.statistics
-    out = np.empty(_HEADER + n_bins + 2 * len(formats) + len(STATISTICS), dtype=np.int64)
-    out[:_HEADER] = (
+    out = np.empty(HEADER + n_bins + 2 * len(formats) + len(STATISTICS), dtype=np.int64)
+    out[:HEADER] = (
         dtype_code(record.dtype),
         record.numel,
         record.zero_count,
@@ -88,10 +89,10 @@ def encode_record(record: NumericsRecord, formats: tuple[str, ...]) -> np.ndarra
         record.bins_lo + BINS_OFFSET if n_bins else BINS_OFFSET,
         n_bins,
     )
-    out[_HEADER : _HEADER + n_bins] = counts
+    out[HEADER : HEADER + n_bins] = counts
     for k, f in enumerate(formats):
-        out[_HEADER + n_bins + 2 * k] = underflow[f]
-        out[_HEADER + n_bins + 2 * k + 1] = overflow[f]
+        out[HEADER + n_bins + 2 * k] = underflow[f]
+        out[HEADER + n_bins + 2 * k + 1] = overflow[f]
     values = [statistics.get(name, math.nan) for name in STATISTICS]
     out[len(out) - len(STATISTICS) :] = _statistics_bits(values, record.dtype)
     return out
@@ -200,13 +201,6 @@ def _unleb128(data, sizes):
     return values[:n], counts, 0
 
 
-def tensor_proto(values: np.ndarray) -> tensor_pb2.TensorProto:
-    """The stored ``TensorProto`` (version 2) of an int64 vector: ``DT_UINT8`` varint bytes."""
-    proto = tensor_pb2.TensorProto()
-    _store(values, proto)
-    return proto
-
-
 def _store(values: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
     content = encode_varints(values)
     proto.dtype = types_pb2.DT_UINT8
@@ -244,24 +238,24 @@ def decode_tensor(array: np.ndarray, info: TagInfo) -> NumericsRecord:
     """The ``NumericsRecord`` of one stored step (the ndarray of its ``TensorProto``, either
     version); ``ValueError`` if it is malformed."""
     values = stored_vector(array)
-    if len(values) < _HEADER:
-        raise ValueError(f"a numerics tensor has at least {_HEADER} values, got {len(values)}")
-    code, n_bins = int(values[0]), int(values[_HEADER - 1])
+    if len(values) < HEADER:
+        raise ValueError(f"a numerics tensor has at least {HEADER} values, got {len(values)}")
+    code, n_bins = int(values[0]), int(values[HEADER - 1])
     if not 0 <= code < len(DTYPE_CODES):
         raise ValueError(f"unknown dtype code {code} (this tandv_tb knows {len(DTYPE_CODES)})")
     n_formats, n_stats = len(info.formats), len(STATISTICS)
-    expected = _HEADER + max(n_bins, 0) + 2 * n_formats + n_stats
+    expected = HEADER + max(n_bins, 0) + 2 * n_formats + n_stats
     if n_bins < 0 or len(values) != expected:
         raise ValueError(
             f"a numerics tensor with {n_bins} bins and {n_formats} formats has {expected} "
             f"values, got {len(values)}"
         )
     dtype = DTYPE_CODES[code]
-    counts = values[_HEADER : _HEADER + n_bins].copy()
-    casts = values[_HEADER + n_bins : _HEADER + n_bins + 2 * n_formats]
+    counts = values[HEADER : HEADER + n_bins].copy()
+    casts = values[HEADER + n_bins : HEADER + n_bins + 2 * n_formats]
     statistics = _decode_statistics(values[len(values) - n_stats :], dtype)
     head = dict(zip(COUNTS, (int(v) for v in values[1 : len(COUNTS) + 1])))
-    bins_lo = int(values[_HEADER - 2]) - BINS_OFFSET if n_bins else 0
+    bins_lo = int(values[HEADER - 2]) - BINS_OFFSET if n_bins else 0
     _check_consistent(head, counts, casts, dtype, bins_lo)
     return NumericsRecord(
         dtype=dtype,

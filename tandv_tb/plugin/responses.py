@@ -137,10 +137,6 @@ def dumps(payload) -> str:
     return text
 
 
-def json_response(request, payload, code: int = 200):
-    return http_util.Respond(request, dumps(payload), JSON_TYPE, code=code)
-
-
 def uncompressed_json_response(body: str):
     """A JSON response sent as is: for bodies made mostly of base64 (``Matrix``), which
     gzip shrinks by about a quarter at a cost of tens of milliseconds. Headers as
