@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
-from tandv_tb.disk import summary
+from tandv_tb.disk import record_columns, summary
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.frame import read_frame
 from tandv_tb.writer import NumericsWriter
@@ -216,6 +216,6 @@ def test_version_1_tensors_decode_like_version_2():
     new = tensor_proto(vector)
     from tensorboard.util import tensor_util
 
-    decoded = [summary.decode_tensor(tensor_util.make_ndarray(t), info) for t in (old, new)]
+    decoded = [record_columns.decode_tensor(tensor_util.make_ndarray(t), info) for t in (old, new)]
     assert decoded[0] == decoded[1]
     assert dataclasses.replace(info, version=1).formats == FORMATS

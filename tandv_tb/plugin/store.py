@@ -14,8 +14,7 @@ from tensorboard.errors import NotFoundError
 
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import NumericsRecord
-from tandv_tb.disk.record_columns import decode_rows
-from tandv_tb.disk.summary import decode_tensor
+from tandv_tb.disk.record_columns import decode_rows, decode_tensor
 from tandv_tb.numerics_db import NumericsDB, Rows
 from tandv_tb.plugin.columns import Bins, LayerSeries, Needs
 from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry
