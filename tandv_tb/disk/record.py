@@ -28,7 +28,24 @@ COUNTS = ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count")
 
 
 @dataclasses.dataclass
-class NumericsRecord:
+class TensorCounts:
+    """The dtype and the contract's counts (``COUNTS``) of one tensor: the fields that
+    begin both a stored record and the engine's mergeable statistics."""
+
+    dtype: str
+    numel: int
+    zero_count: int
+    nan_count: int
+    posinf_count: int
+    neginf_count: int
+
+    @property
+    def finite_count(self) -> int:
+        return self.numel - self.nan_count - self.posinf_count - self.neginf_count
+
+
+@dataclasses.dataclass
+class NumericsRecord(TensorCounts):
     """One tracked tensor at one step: what is stored on disk and served.
 
     ``counts[i]`` is the number of finite non-zero values x with
@@ -38,21 +55,11 @@ class NumericsRecord:
     counts for the formats recorded at tracking time.
     """
 
-    dtype: str
-    numel: int
-    zero_count: int
-    nan_count: int
-    posinf_count: int
-    neginf_count: int
     bins_lo: int
     counts: np.ndarray
     statistics: dict[str, float]
     underflow: dict[str, int] = dataclasses.field(default_factory=dict)
     overflow: dict[str, int] = dataclasses.field(default_factory=dict)
-
-    @property
-    def finite_count(self) -> int:
-        return self.numel - self.nan_count - self.posinf_count - self.neginf_count
 
     def exponent_histogram(self) -> dict[int, int]:
         """``{n: count}`` for every non-empty bin."""

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord, TensorCounts
 
 #: The layout of the engine's float vector: the finite values x are scaled by ``scale``
 #: (their max |x|, or 1 when that is 0) so no power overflows; s = x / scale.
@@ -35,19 +35,13 @@ _POWERS = {"sum_s2": 2, "sum_s4": 4, "sum_s8": 8}
 
 
 @dataclasses.dataclass
-class TensorStats:
+class TensorStats(TensorCounts):
     """Mergeable statistics of one tensor, decoded from the engine's packed output.
 
     ``hist[i]`` counts the finite non-zero values with exponent ``hist_lo + i``; the
     histogram spans the whole exponent range of ``dtype``.
     """
 
-    dtype: str
-    numel: int
-    zero_count: int
-    nan_count: int
-    posinf_count: int
-    neginf_count: int
     hist_lo: int
     hist: np.ndarray
     formats: tuple[str, ...]
@@ -79,10 +73,6 @@ class TensorStats:
             overflow=casts[1::2].copy(),
             moments=dict(zip(MOMENTS, np.asarray(moments, np.float64).tolist())),
         )
-
-    @property
-    def finite_count(self) -> int:
-        return self.numel - self.nan_count - self.posinf_count - self.neginf_count
 
     def merge(self, other: TensorStats) -> TensorStats:
         """Statistics of the two tensors' values together (exact for counts and bins)."""
