@@ -10,6 +10,20 @@ use (``_EXPORTS``).
 """
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time, ``__getattr__``
+    from tandv_tb.diagnosis import findings
+    from tandv_tb.frame import (
+        DataWarning,
+        EstimateWarning,
+        SchemaError,
+        read_frame,
+        to_tandv,
+        validate,
+        write_frame,
+    )
+    from tandv_tb.writer import NumericsWriter, WriteFailureWarning
 
 __version__ = "0.1.0"
 
