@@ -37,11 +37,12 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tandv_tb.disk.event_reader import TagTable, event_runs
+from tandv_tb.disk.event_reader import event_runs
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite import NonfiniteEntry, NonfiniteStep
 from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.disk.record_columns import gather_ranges
+from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.numerics_cache import close_store, open_store, store_path
 from tandv_tb.numerics_ingest import event_files, run_id_of, stored_tags, update_run
 

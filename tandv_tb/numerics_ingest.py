@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from tandv_tb.disk.event_reader import Chunk, TagTable, read_chunk
+from tandv_tb.disk.chunk_values import Chunk
+from tandv_tb.disk.event_reader import read_chunk
 from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.disk.record_columns import DecodedRows, decode_rows, ragged_index
+from tandv_tb.disk.tag_table import TagTable
 
 logger = logging.getLogger(__name__)
 

@@ -8,12 +8,22 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tandv_tb.disk.record import STATISTICS, NumericsRecord
+from tandv_tb.disk.summary import encode_varints
 from tandv_tb.formats import canonical_name
 from tests.reference import reference
+
+
+def tensor_proto(values: np.ndarray) -> tensor_pb2.TensorProto:
+    """The stored ``TensorProto`` (version 2) of an int64 vector: ``DT_UINT8`` varint bytes,
+    for tests that write damaged or hand-made records."""
+    content = encode_varints(np.asarray(values, dtype=np.int64))
+    proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_UINT8, tensor_content=content)
+    proto.tensor_shape.dim.add(size=len(content))
+    return proto
 
 
 def record_of(values: np.ndarray, formats: tuple[str, ...] = ()) -> NumericsRecord:

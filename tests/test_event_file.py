@@ -16,7 +16,8 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import NumericsWriter
-from tandv_tb.disk.event_file import EventFile, masked_crc32c
+from tandv_tb.disk.event_file import EventFile
+from tandv_tb.disk.framing import masked_crc32c
 from tandv_tb.torch import track
 from tandv_tb.writer import RecordItem
 from tests.event_checks import check_event_file

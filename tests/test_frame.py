@@ -16,7 +16,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tandv_tb import formats as fmt
 from tandv_tb.disk.metadata import PLUGIN_DATA_VERSION, TagInfo, create_summary_metadata
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
-from tandv_tb.disk.summary import encode_record, tensor_proto
+from tandv_tb.disk.summary import encode_record
 from tandv_tb.frame import (
     DataWarning,
     EstimateWarning,
@@ -34,6 +34,7 @@ from tests.io_helpers import (
     record_of,
     stored,
     tandv_frame,
+    tensor_proto,
     write_raw_events,
 )
 from tests.reference import crafted, random_binades

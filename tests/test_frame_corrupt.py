@@ -20,10 +20,10 @@ from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, 
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
 from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.summary import encode_record, tensor_proto
+from tandv_tb.disk.summary import encode_record
 from tandv_tb.frame import DataWarning, read_frame
 from tandv_tb.writer import NumericsWriter
-from tests.io_helpers import event_files, record_of, write_raw_events
+from tests.io_helpers import event_files, record_of, tensor_proto, write_raw_events
 from tests.reference import crafted
 
 STEPS = 10

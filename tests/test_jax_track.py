@@ -11,9 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from tandv_tb.disk.record import TensorStats
 from tandv_tb.jax import UntrackableArrayWarning, track
 from tandv_tb.stats import engine
+from tandv_tb.stats.tensor_stats import TensorStats
 from tests.reference import assert_matches, crafted, random_binades
 from tests.test_jax_support import (
     GPT,

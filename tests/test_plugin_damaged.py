@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
-from tandv_tb.disk import summary
+from tandv_tb.disk import record_columns, summary
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.frame import read_frame
 from tandv_tb.writer import NumericsWriter
-from tests.io_helpers import event_files, write_raw_events
+from tests.io_helpers import event_files, tensor_proto, write_raw_events
 from tests.plugin_helpers import TensorBoardApp, heatmap_values, make_record
 
 STEPS = 6
@@ -54,7 +54,7 @@ def _write_damaged_run(run_dir, rng) -> None:
             name: summary.encode_record(make_record(rng, "float32", FORMATS), FORMATS)
             for name in info
         }
-        values.append((step, _value(info["good"], summary.tensor_proto(vectors["good"]), first)))
+        values.append((step, _value(info["good"], tensor_proto(vectors["good"]), first)))
         values.append((step, _version_1(info["old"], vectors["old"], first)))
         wrong = tensor_pb2.TensorProto(
             dtype=types_pb2.DT_FLOAT if step % 2 else types_pb2.DT_INT64,
@@ -68,18 +68,18 @@ def _write_damaged_run(run_dir, rng) -> None:
             wrong = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT64)
             wrong.tensor_shape.dim.add(size=10**12)
         values.append((step, _value(info["wrong_shape"], wrong, first)))
-        bad = summary.tensor_proto(vectors["some_bad"])
+        bad = tensor_proto(vectors["some_bad"])
         if step == 2:  # the last varint cut off
-            bad = summary.tensor_proto(vectors["some_bad"])
+            bad = tensor_proto(vectors["some_bad"])
             bad.tensor_content = bad.tensor_content[:-1] + b"\x80"
         if step == 4:  # too short a vector
-            bad = summary.tensor_proto(vectors["some_bad"][:5])
+            bad = tensor_proto(vectors["some_bad"][:5])
         values.append((step, _value(info["some_bad"], bad, first)))
         future = json.loads(info["future"].to_metadata().plugin_data.content)
         future = json.dumps({**future, "version": 99}).encode()
-        tensor = summary.tensor_proto(vectors["future"])
+        tensor = tensor_proto(vectors["future"])
         values.append((step, _value(info["future"], tensor, first, future)))
-        tensor = summary.tensor_proto(vectors["garbage"])
+        tensor = tensor_proto(vectors["garbage"])
         values.append((step, _value(info["garbage"], tensor, first, b"{not json")))
     write_raw_events(run_dir, values)
 
@@ -213,9 +213,9 @@ def test_version_1_tensors_decode_like_version_2():
     vector = summary.encode_record(record, FORMATS)
     info = TagInfo("x", "Weight", formats=FORMATS)
     old = _version_1(info, vector, True).tensor
-    new = summary.tensor_proto(vector)
+    new = tensor_proto(vector)
     from tensorboard.util import tensor_util
 
-    decoded = [summary.decode_tensor(tensor_util.make_ndarray(t), info) for t in (old, new)]
+    decoded = [record_columns.decode_tensor(tensor_util.make_ndarray(t), info) for t in (old, new)]
     assert decoded[0] == decoded[1]
     assert dataclasses.replace(info, version=1).formats == FORMATS

@@ -112,7 +112,8 @@ def test_static_path_traversal_is_refused(app, path):
 
 
 def test_static_files_stay_inside_their_folder(tmp_path):
-    from tandv_tb.plugin.params import NotFound
+    from tensorboard.errors import NotFoundError as NotFound
+
     from tandv_tb.plugin.static_files import static_file
 
     root = tmp_path / "static"

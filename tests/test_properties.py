@@ -22,9 +22,9 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tandv_tb.disk.record import TensorStats
 from tandv_tb.formats import numpy_dtype
 from tandv_tb.stats import engine
+from tandv_tb.stats.tensor_stats import TensorStats
 from tests.reference import assert_matches, torch_tensor
 
 ML_DTYPES = sorted(n for n in dir(ml_dtypes) if n.startswith(("float", "bfloat")))

@@ -1,4 +1,4 @@
-"""Columnar decoding (``record_columns``) against ``summary.decode_tensor``, record by record,
+"""Columnar decoding (``record_columns``) against ``decode_tensor``, record by record,
 and the plugin's cast estimates from decoded bins against ``read_frame``'s."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from tandv_tb import formats as fmt
 from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.record_columns import decode_rows, to_record
-from tandv_tb.disk.summary import decode_tensor, encode_record, encode_varints
+from tandv_tb.disk.record_columns import decode_rows, decode_tensor, to_record
+from tandv_tb.disk.summary import encode_record, encode_varints
 from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import Bins, LayerSeries
 from tests.plugin_helpers import make_record, stored

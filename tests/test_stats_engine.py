@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import TensorStats
 from tandv_tb.stats import engine
 from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
+from tandv_tb.stats.tensor_stats import TensorStats
 from tests.reference import assert_matches, crafted, random_binades, reference, torch_tensor
 
 DTYPES = ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
@@ -328,7 +328,7 @@ def test_jit_on_the_cpu_runs_the_cpu_kernel_as_an_ffi_call():
 _X64_CHECK = """
 import jax, jax.numpy as jnp, numpy as np
 from tandv_tb.stats import engine
-from tandv_tb.disk.record import TensorStats
+from tandv_tb.stats.tensor_stats import TensorStats
 from tests.reference import assert_matches, crafted
 formats = ("float8_e4m3fn", "bfloat16", "float8_e8m0fnu")
 for dtype in ("float64", "float32", "bfloat16"):

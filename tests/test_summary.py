@@ -11,7 +11,7 @@ import pytest
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 from tensorboard.util import tensor_util
 
-from tandv_tb.disk import metadata, summary
+from tandv_tb.disk import metadata, record_columns, summary
 from tandv_tb.disk.metadata import TagInfo, UnsupportedVersion
 from tandv_tb.disk.record import STATISTICS, NumericsRecord
 from tandv_tb.writer import NumericsWriter
@@ -103,16 +103,18 @@ def test_encode_decode_round_trip(values):
     record = record_of(values, INFO.formats)
     encoded = summary.encode_record(record, info.formats)
     assert encoded.dtype == np.int64 and encoded.ndim == 1
-    assert summary.decode_tensor(encoded, info) == stored(record)
+    assert record_columns.decode_tensor(encoded, info) == stored(record)
 
 
 def test_float64_statistics_are_exact_and_float32_ones_rounded():
     values = np.array([0.1, 0.2, 0.7], dtype=np.float64)
     record = record_of(values)
-    decoded = summary.decode_tensor(summary.encode_record(record, ()), TagInfo("x", "Weight"))
+    decoded = record_columns.decode_tensor(
+        summary.encode_record(record, ()), TagInfo("x", "Weight")
+    )
     assert decoded.statistics == record.statistics
     as32 = record_of(values.astype(np.float32))
-    decoded = summary.decode_tensor(summary.encode_record(as32, ()), TagInfo("x", "Weight"))
+    decoded = record_columns.decode_tensor(summary.encode_record(as32, ()), TagInfo("x", "Weight"))
     assert decoded.statistics["mean"] == float(np.float32(as32.statistics["mean"]))
     assert decoded.statistics["mean"] != as32.statistics["mean"]  # it was rounded
 
@@ -125,7 +127,9 @@ def test_float32_statistics_round_as_numpy_casts_them_up_to_inf():
     edges = [big + half_ulp / 2, big + half_ulp, -1e300, 1e-50, -0.0, math.nan, math.inf]
     record = record_of(np.ones(3, np.float32))
     record.statistics = dict(zip(STATISTICS, edges + [1.0] * (len(STATISTICS) - len(edges))))
-    decoded = summary.decode_tensor(summary.encode_record(record, ()), TagInfo("x", "Weight"))
+    decoded = record_columns.decode_tensor(
+        summary.encode_record(record, ()), TagInfo("x", "Weight")
+    )
     with np.errstate(over="ignore"):
         want = np.array(list(record.statistics.values())).astype(np.float32).astype(np.float64)
     got = np.array(list(decoded.statistics.values()))
@@ -160,7 +164,7 @@ def test_numerics_value_holds_metadata_and_1d_varint_bytes():
     assert value.tensor.dtype == types_pb2.DT_UINT8 and not value.tensor.int64_val
     array = tensor_util.make_ndarray(value.tensor)
     assert array.dtype == np.uint8 and array.ndim == 1
-    assert summary.decode_tensor(array, INFO) == stored(record)
+    assert record_columns.decode_tensor(array, INFO) == stored(record)
     vector = summary.encode_record(record, INFO.formats)
     assert np.array_equal(summary.decode_varints(array), vector)
 
@@ -171,7 +175,7 @@ def test_version_1_tensors_are_still_read():
     old = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT64, int64_val=vector.tolist())
     old.tensor_shape.dim.add(size=len(vector))
     info = dataclasses.replace(INFO, version=1)
-    assert summary.decode_tensor(tensor_util.make_ndarray(old), info) == stored(record)
+    assert record_columns.decode_tensor(tensor_util.make_ndarray(old), info) == stored(record)
 
 
 @pytest.mark.parametrize(
@@ -205,7 +209,7 @@ def test_damaged_varints_are_a_value_error(data, message):
         summary.decode_varints(np.frombuffer(data, np.uint8))
     record = np.frombuffer(summary.encode_varints(np.arange(30)) + data, np.uint8)
     with pytest.raises(ValueError, match=message):
-        summary.decode_tensor(record, TagInfo("x", "Weight"))
+        record_columns.decode_tensor(record, TagInfo("x", "Weight"))
 
 
 def test_encode_refuses_mismatched_formats_and_unknown_dtypes():
@@ -234,12 +238,14 @@ def test_decode_rejects_malformed_tensors(mutate, message):
     info = TagInfo("x", "Activation")
     encoded = summary.encode_record(record_of(random_binades("float32", 50)), ())
     with pytest.raises(ValueError, match=message):
-        summary.decode_tensor(mutate(encoded), info)
+        record_columns.decode_tensor(mutate(encoded), info)
 
 
 def test_statistics_nan_survives():
     record = record_of(np.array([np.nan, np.inf], np.float32))
-    decoded = summary.decode_tensor(summary.encode_record(record, ()), TagInfo("x", "Gradient"))
+    decoded = record_columns.decode_tensor(
+        summary.encode_record(record, ()), TagInfo("x", "Gradient")
+    )
     assert all(math.isnan(decoded.statistics[k]) for k in STATISTICS)
 
 

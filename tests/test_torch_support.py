@@ -6,7 +6,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tandv_tb.stats import NumericsRecord, tensor_stats
+from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.stats import tensor_stats
 from tests.tracker_records import Stored, read_records  # noqa: F401  (re-exported)
 
 

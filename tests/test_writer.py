@@ -28,7 +28,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import writer as writer_module
 from tandv_tb.disk.metadata import PLUGIN_NAME, TagInfo
-from tandv_tb.disk.summary import decode_tensor
+from tandv_tb.disk.record_columns import decode_tensor
 from tandv_tb.frame import DataWarning, read_records
 from tandv_tb.writer import NumericsWriter
 from tests.io_helpers import event_files, record_of, stored

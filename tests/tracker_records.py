@@ -10,8 +10,8 @@ import os
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.util import tensor_util
 
-from tandv_tb.disk import metadata, summary
-from tandv_tb.stats import NumericsRecord
+from tandv_tb.disk import metadata, record_columns
+from tandv_tb.disk.record import NumericsRecord
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ def read_records(logdir: str) -> dict[tuple[str, str, int], Stored]:
                 info = infos.get(value.tag)
                 if info is None:
                     continue
-                record = summary.decode_tensor(tensor_util.make_ndarray(value.tensor), info)
+                record = record_columns.decode_tensor(tensor_util.make_ndarray(value.tensor), info)
                 key = (info.name, info.tensor_type, event.step)
                 assert key not in out, f"two records for {key}"
                 out[key] = Stored(record, info.module_type, info.order, info.formats)

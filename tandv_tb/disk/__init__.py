@@ -6,5 +6,6 @@ per-tag plugin metadata, tensor types), ``record`` (``NumericsRecord``, the cont
 (the non-finite watch's record), ``framing`` (the framing of records in an event file),
 ``event_file`` (writing event files), ``event_reader`` (reading them, with ``tag_table``,
 ``fast_events`` and ``chunk_values``; ``event_scan`` is its compiled scanner) and
-``record_columns`` (records decoded in columns).
+``record_columns`` (records decoded, and the checks a record must pass); ``kernels`` holds
+the compiled loops, imported on first use.
 """

@@ -1,7 +1,6 @@
 """An append-only TensorBoard event file, written in the caller's thread.
 
-Each ``Event`` is framed as TensorBoard's readers expect (``uint64 length``, ``uint32
-masked crc32c(length)``, the serialized event, ``uint32 masked crc32c(data)``) and appended
+Each ``Event`` is framed as TensorBoard's readers expect (``tandv_tb.disk.framing``) and appended
 with one ``write`` to the file, opened for that write alone. So every event reaches the
 operating system before ``write`` returns (a killed process loses nothing written; a
 crash mid-write leaves at most a half-written last record, which readers skip), and an
@@ -18,32 +17,15 @@ import contextlib
 import itertools
 import os
 import socket
-import struct
 import time
 
-import google_crc32c
 from tensorboard.compat.proto import event_pb2
 
-_LENGTH = struct.Struct("<Q")
-_CRC = struct.Struct("<I")
+from tandv_tb.disk.framing import frame
+
 _SEQUENCE = itertools.count()
 #: The first event of every file: the format version TensorBoard's readers check.
 FILE_VERSION = "brain.Event:2"
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TensorFlow's masked CRC-32C of ``data``: the CRC rotated right by 15 bits plus a
-    constant, so that a CRC of bytes that themselves hold CRCs stays well mixed."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data: bytes) -> bytes:
-    """One record of an event file holding ``data`` (a serialized ``Event``)."""
-    length = _LENGTH.pack(len(data))
-    return b"".join(
-        (length, _CRC.pack(masked_crc32c(length)), data, _CRC.pack(masked_crc32c(data)))
-    )
 
 
 class EventFile:

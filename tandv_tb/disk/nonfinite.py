@@ -157,8 +157,8 @@ def read_nonfinite(logdir: str | os.PathLike, run: str | None = None) -> list[No
     ``DataWarning``, as by ``read_frame``. ``FileNotFoundError`` for a missing logdir,
     ``ValueError`` for an unknown run.
     """
-    from tandv_tb.disk.event_reader import TagTable, read_file, select_runs
-    from tandv_tb.frame.events import DataWarning
+    from tandv_tb.disk.event_reader import DataWarning, read_file, select_runs  # it imports this
+    from tandv_tb.disk.tag_table import TagTable
 
     runs = select_runs(logdir, run)
     found: list[NonfiniteStep] = []

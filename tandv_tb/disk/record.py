@@ -1,10 +1,7 @@
-"""Host-side results of the statistics engine.
+"""``NumericsRecord``: one tracked tensor at one step, as written to disk and served.
 
-``TensorStats`` holds *sufficient* statistics of one tensor (or of several calls of one
-module in one step): counts, the exponent histogram, cast counts per format and scaled
-moments. Two of them merge exactly (``merge``); ``to_record`` turns one into the
-``NumericsRecord`` that is written to disk and served: the contract's counts, bins and
-scalar statistics.
+``STATISTICS`` and ``COUNTS`` are the contract's scalar statistics and counts, in their
+stored order (``summary`` stores a record; the engine's ``TensorStats.to_record`` makes one).
 """
 
 from __future__ import annotations
@@ -13,8 +10,6 @@ import dataclasses
 import math
 
 import numpy as np
-
-from tandv_tb import formats as fmt
 
 #: The contract's scalar statistics, in their stored order.
 STATISTICS = (
@@ -30,25 +25,27 @@ STATISTICS = (
 )
 #: The contract's counts, in their stored order.
 COUNTS = ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count")
-#: The layout of the engine's float vector: the finite values x are scaled by ``scale``
-#: (their max |x|, or 1 when that is 0) so no power overflows; s = x / scale.
-MOMENTS = (
-    "scale",
-    "sum_s",  # sum(s)
-    "sum_abs_s",  # sum(|s|)
-    "sum_s2",  # sum(s**2)
-    "sum_s4",  # sum(s**4)
-    "sum_s8",  # sum(s**8)
-    "m2_s",  # sum((s - mean(s))**2)
-    "max_abs",  # max |x| (0 when there is no finite value)
-    "min_abs",  # min |x| (inf when there is no finite value)
-    "min_abs_nonzero",  # min |x| over x != 0 (inf when there is none)
-)
-_POWERS = {"sum_s2": 2, "sum_s4": 4, "sum_s8": 8}
 
 
 @dataclasses.dataclass
-class NumericsRecord:
+class TensorCounts:
+    """The dtype and the contract's counts (``COUNTS``) of one tensor: the fields that
+    begin both a stored record and the engine's mergeable statistics."""
+
+    dtype: str
+    numel: int
+    zero_count: int
+    nan_count: int
+    posinf_count: int
+    neginf_count: int
+
+    @property
+    def finite_count(self) -> int:
+        return self.numel - self.nan_count - self.posinf_count - self.neginf_count
+
+
+@dataclasses.dataclass
+class NumericsRecord(TensorCounts):
     """One tracked tensor at one step: what is stored on disk and served.
 
     ``counts[i]`` is the number of finite non-zero values x with
@@ -58,21 +55,11 @@ class NumericsRecord:
     counts for the formats recorded at tracking time.
     """
 
-    dtype: str
-    numel: int
-    zero_count: int
-    nan_count: int
-    posinf_count: int
-    neginf_count: int
     bins_lo: int
     counts: np.ndarray
     statistics: dict[str, float]
     underflow: dict[str, int] = dataclasses.field(default_factory=dict)
     overflow: dict[str, int] = dataclasses.field(default_factory=dict)
-
-    @property
-    def finite_count(self) -> int:
-        return self.numel - self.nan_count - self.posinf_count - self.neginf_count
 
     def exponent_histogram(self) -> dict[int, int]:
         """``{n: count}`` for every non-empty bin."""
@@ -92,144 +79,3 @@ class NumericsRecord:
 
 def _same_float(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
-
-
-@dataclasses.dataclass
-class TensorStats:
-    """Mergeable statistics of one tensor, decoded from the engine's packed output.
-
-    ``hist[i]`` counts the finite non-zero values with exponent ``hist_lo + i``; the
-    histogram spans the whole exponent range of ``dtype``.
-    """
-
-    dtype: str
-    numel: int
-    zero_count: int
-    nan_count: int
-    posinf_count: int
-    neginf_count: int
-    hist_lo: int
-    hist: np.ndarray
-    formats: tuple[str, ...]
-    underflow: np.ndarray
-    overflow: np.ndarray
-    moments: dict[str, float]
-
-    @classmethod
-    def unpack(
-        cls, dtype: str, formats: tuple[str, ...], counts: np.ndarray, moments: np.ndarray
-    ) -> TensorStats:
-        """Decode the engine's vectors (``engine_layout`` gives their lengths)."""
-        info = fmt.info(dtype)
-        counts = np.asarray(counts, dtype=np.int64)
-        head = len(COUNTS)
-        numel, zeros, nans, posinf, neginf = counts[:head].tolist()
-        casts = counts[head + info.n_bins :]
-        return cls(
-            dtype=info.name,
-            numel=numel,
-            zero_count=zeros,
-            nan_count=nans,
-            posinf_count=posinf,
-            neginf_count=neginf,
-            hist_lo=info.min_exponent,
-            hist=counts[head : head + info.n_bins].copy(),
-            formats=tuple(formats),
-            underflow=casts[0::2].copy(),
-            overflow=casts[1::2].copy(),
-            moments=dict(zip(MOMENTS, np.asarray(moments, np.float64).tolist())),
-        )
-
-    @property
-    def finite_count(self) -> int:
-        return self.numel - self.nan_count - self.posinf_count - self.neginf_count
-
-    def merge(self, other: TensorStats) -> TensorStats:
-        """Statistics of the two tensors' values together (exact for counts and bins)."""
-        if self.formats != other.formats:
-            raise ValueError(f"cannot merge stats of formats {self.formats} and {other.formats}")
-        lo = min(self.hist_lo, other.hist_lo)
-        hi = max(self.hist_lo + len(self.hist), other.hist_lo + len(other.hist))
-        hist = np.zeros(hi - lo, dtype=np.int64)
-        for part in (self, other):
-            hist[part.hist_lo - lo : part.hist_lo - lo + len(part.hist)] += part.hist
-        wider = max(self.dtype, other.dtype, key=lambda d: (fmt.info(d).n_bins, d))
-        return TensorStats(
-            dtype=wider,
-            numel=self.numel + other.numel,
-            zero_count=self.zero_count + other.zero_count,
-            nan_count=self.nan_count + other.nan_count,
-            posinf_count=self.posinf_count + other.posinf_count,
-            neginf_count=self.neginf_count + other.neginf_count,
-            hist_lo=lo,
-            hist=hist,
-            formats=self.formats,
-            underflow=self.underflow + other.underflow,
-            overflow=self.overflow + other.overflow,
-            moments=_merge_moments(self, other),
-        )
-
-    def to_record(self) -> NumericsRecord:
-        """The contract's counts and statistics, with the histogram trimmed."""
-        nonzero = self.hist.nonzero()[0]
-        if len(nonzero):
-            first, last = nonzero[0], nonzero[-1]
-            bins_lo, counts = self.hist_lo + int(first), self.hist[first : last + 1].copy()
-        else:
-            bins_lo, counts = 0, np.zeros(0, dtype=np.int64)
-        return NumericsRecord(
-            dtype=self.dtype,
-            numel=self.numel,
-            zero_count=self.zero_count,
-            nan_count=self.nan_count,
-            posinf_count=self.posinf_count,
-            neginf_count=self.neginf_count,
-            bins_lo=bins_lo,
-            counts=counts,
-            statistics=self._statistics(),
-            underflow=dict(zip(self.formats, self.underflow.tolist())),
-            overflow=dict(zip(self.formats, self.overflow.tolist())),
-        )
-
-    def _statistics(self) -> dict[str, float]:
-        n = self.finite_count
-        if n == 0:
-            return dict.fromkeys(STATISTICS, math.nan)
-        m = self.moments
-        scale = m["scale"]
-        min_nonzero = m["min_abs_nonzero"]
-        return {
-            "mean": scale * (m["sum_s"] / n),
-            "std": scale * math.sqrt(max(m["m2_s"], 0.0) / n),
-            "mean_abs": scale * (m["sum_abs_s"] / n),
-            "max_abs": m["max_abs"],
-            "min_abs": m["min_abs"],
-            "min_abs_nonzero": min_nonzero if math.isfinite(min_nonzero) else math.nan,
-            **{f"rm{p}": scale * (m[key] / n) ** (1.0 / p) for key, p in _POWERS.items()},
-        }
-
-
-def _merge_moments(a: TensorStats, b: TensorStats) -> dict[str, float]:
-    """Combine scaled moments: rescale both to the larger scale, merge M2 (Chan et al.)."""
-    na, nb = a.finite_count, b.finite_count
-    if na == 0 or nb == 0:
-        return dict((a if nb == 0 else b).moments)
-    ma, mb = a.moments, b.moments
-    scale = max(ma["scale"], mb["scale"])
-    ra, rb = ma["scale"] / scale, mb["scale"] / scale
-    merged = {"scale": scale}
-    for key in ("sum_s", "sum_abs_s"):
-        merged[key] = ma[key] * ra + mb[key] * rb
-    for key, p in _POWERS.items():
-        merged[key] = ma[key] * ra**p + mb[key] * rb**p
-    delta = mb["sum_s"] * rb / nb - ma["sum_s"] * ra / na
-    merged["m2_s"] = ma["m2_s"] * ra**2 + mb["m2_s"] * rb**2 + delta**2 * na * nb / (na + nb)
-    merged["max_abs"] = max(ma["max_abs"], mb["max_abs"])
-    merged["min_abs"] = min(ma["min_abs"], mb["min_abs"])
-    merged["min_abs_nonzero"] = min(ma["min_abs_nonzero"], mb["min_abs_nonzero"])
-    return merged
-
-
-def engine_layout(dtype: str, formats: tuple[str, ...]) -> tuple[int, int]:
-    """Lengths of the engine's count and moment vectors for a dtype and formats."""
-    return len(COUNTS) + fmt.info(dtype).n_bins + 2 * len(formats), len(MOMENTS)

@@ -1,27 +1,26 @@
 """Columnar decoding of stored vectors: many records of many tags in a handful of numpy
-operations, instead of a Python call per record (``summary.decode_tensor``).
+operations; ``decode_tensor`` decodes one record by the same rule.
 
 Each record is the int64 vector of ``tandv_tb.disk.summary`` stored as varint bytes:
 ``[dtype_code, numel, zero, nan, posinf, neginf, bins_lo + BINS_OFFSET, n_bins, *counts,
 *(underflow, overflow) per format, *9 statistics]``. A record is kept only when
-``decode_tensor`` would accept it (known dtype, length as announced, counts that add up,
-bins in the dtype's range, float32 statistics as uint32 patterns);
-``tests/test_record_columns.py`` checks both agree record by record.
+it passes the checks of the format (known dtype, length as announced, counts that add up,
+bins in the dtype's range, float32 statistics as uint32 patterns): the one rule, which
+``decode_vector`` (and so ``decode_tensor``) applies to a single record.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import numba
 import numpy as np
 
 from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata
+from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
-from tandv_tb.disk.summary import BINS_OFFSET, decode_varint_parts
+from tandv_tb.disk.summary import BINS_OFFSET, HEADER, decode_varint_parts, stored_vector
 
-HEADER = len(COUNTS) + 3  # dtype_code, the counts, bins_lo + BINS_OFFSET, n_bins
 _FLOAT64_CODE = metadata.DTYPE_CODES.index("float64")
 _MIN_EXPONENT = np.array([fmt.info(d).min_exponent for d in metadata.DTYPE_CODES])
 _MAX_EXPONENT = np.array([fmt.info(d).max_exponent for d in metadata.DTYPE_CODES])
@@ -82,91 +81,151 @@ def _decode_each(contents: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, n
 def decode_vectors(flat: np.ndarray, lengths: np.ndarray, n_formats: np.ndarray) -> DecodedRows:
     """Decode int64 vectors laid end to end in ``flat`` (``lengths[i]`` values each, -1 for
     a row that holds none)."""
-    n_stats = len(STATISTICS)
     offsets = np.concatenate(([0], np.cumsum(np.maximum(lengths, 0))[:-1])).astype(np.int64)
     kept = np.flatnonzero(lengths >= HEADER)
     header = flat[offsets[kept][:, None] + np.arange(HEADER)].reshape(len(kept), HEADER)
-    good = _plausible(header, lengths[kept], n_formats[kept], n_stats)
+    good = _passes(_header_checks(header, lengths[kept], n_formats[kept]))
     kept, header = kept[good], header[good]
-    starts, row_formats = offsets[kept], n_formats[kept]
-
-    n_bins = header[:, HEADER - 1]
-    bins = flat[ragged_index(starts + HEADER, n_bins)]
-    bin_starts = _starts(n_bins)
-    cast_at = starts + HEADER + n_bins
-    casts = flat[ragged_index(cast_at, 2 * row_formats)]
-    cast_starts = _starts(2 * row_formats)
-    stat_bits = flat[(cast_at + 2 * row_formats)[:, None] + np.arange(n_stats)]
-    stat_bits = stat_bits.reshape(len(kept), n_stats)
-    bins_lo = np.where(n_bins > 0, header[:, HEADER - 2] - BINS_OFFSET, 0)
-
-    ok = _consistent(header, bins, bin_starts, bins_lo, casts, cast_starts, stat_bits)
+    row_formats = n_formats[kept]
+    parts = _Parts.gather(flat, offsets[kept], header, row_formats)
+    ok = _passes(_content_checks(header, parts))
     if not ok.all():
-        bins = bins[np.repeat(ok, n_bins)]
-        casts = casts[np.repeat(ok, 2 * row_formats)]
-        kept, header, bins_lo, stat_bits = kept[ok], header[ok], bins_lo[ok], stat_bits[ok]
-        bin_starts = _starts(header[:, HEADER - 1])
-        cast_starts = _starts(2 * row_formats[ok])
+        kept, header, row_formats = kept[ok], header[ok], row_formats[ok]
+        parts = _Parts.gather(flat, offsets[kept], header, row_formats)
     return DecodedRows(
         kept=kept,
         dtype_codes=header[:, 0].copy(),
         counts=header[:, 1 : 1 + len(COUNTS)].copy(),
-        statistics=_decode_statistics(stat_bits, header[:, 0] == _FLOAT64_CODE),
-        bins_lo=bins_lo,
-        bin_starts=bin_starts,
-        bins=bins,
-        cast_starts=cast_starts,
-        casts=casts,
+        statistics=_decode_statistics(parts.stat_bits, header[:, 0] == _FLOAT64_CODE),
+        bins_lo=parts.bins_lo,
+        bin_starts=parts.bin_starts,
+        bins=parts.bins,
+        cast_starts=parts.cast_starts,
+        casts=parts.casts,
     )
+
+
+def decode_tensor(array: np.ndarray, info: TagInfo) -> NumericsRecord:
+    """The ``NumericsRecord`` of one stored step (the ndarray of its ``TensorProto``, either
+    version); ``ValueError`` if it is malformed."""
+    return decode_vector(stored_vector(array), info.formats)
+
+
+def decode_vector(values: np.ndarray, formats: tuple[str, ...]) -> NumericsRecord:
+    """One stored int64 vector as a record, by the checks of ``decode_vectors``;
+    ``ValueError`` naming the first check it fails."""
+    values = np.asarray(values, dtype=np.int64)
+    lengths, n_formats = np.array([len(values)]), np.array([len(formats)])
+    rows = decode_vectors(values, lengths, n_formats)
+    if len(rows):
+        return to_record(rows, 0, formats)
+    if len(values) < HEADER:
+        raise ValueError(f"a numerics tensor has at least {HEADER} values, got {len(values)}")
+    header = values[None, :HEADER]
+    failed = _first_failed(_header_checks(header, lengths, n_formats))
+    if failed is None:
+        parts = _Parts.gather(values, np.zeros(1, np.int64), header, n_formats)
+        failed = _first_failed(_content_checks(header, parts)) or "statistics"
+    raise ValueError(_refusal(failed, values, len(formats)))
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
 
 
-def _plausible(
-    header: np.ndarray, lengths: np.ndarray, n_formats: np.ndarray, n_stats: int
-) -> np.ndarray:
-    """Rows whose dtype code is known, counts non-negative and length as announced."""
-    n_bins = header[:, HEADER - 1]
-    return (
-        (n_bins >= 0)
-        & (lengths == HEADER + n_bins + 2 * n_formats + n_stats)
-        & (header[:, 0] >= 0)
-        & (header[:, 0] < len(metadata.DTYPE_CODES))
-        & (header[:, 1 : 1 + len(COUNTS)] >= 0).all(axis=1)
-    )
+@dataclasses.dataclass
+class _Parts:
+    """The bins, casts and statistics' bit patterns of rows whose header passed its checks."""
+
+    bins_lo: np.ndarray
+    bin_starts: np.ndarray
+    bins: np.ndarray
+    cast_starts: np.ndarray
+    casts: np.ndarray
+    stat_bits: np.ndarray
+
+    @classmethod
+    def gather(cls, flat, starts, header, row_formats) -> _Parts:
+        n_stats = len(STATISTICS)
+        n_bins = header[:, HEADER - 1]
+        cast_at = starts + HEADER + n_bins
+        stat_bits = flat[(cast_at + 2 * row_formats)[:, None] + np.arange(n_stats)]
+        return cls(
+            bins_lo=np.where(n_bins > 0, header[:, HEADER - 2] - BINS_OFFSET, 0),
+            bin_starts=_starts(n_bins),
+            bins=flat[ragged_index(starts + HEADER, n_bins)],
+            cast_starts=_starts(2 * row_formats),
+            casts=flat[ragged_index(cast_at, 2 * row_formats)],
+            stat_bits=stat_bits.reshape(len(starts), n_stats),
+        )
 
 
-def _consistent(
-    header: np.ndarray,
-    bins: np.ndarray,
-    bin_starts: np.ndarray,
-    bins_lo: np.ndarray,
-    casts: np.ndarray,
-    cast_starts: np.ndarray,
-    stat_bits: np.ndarray,
-) -> np.ndarray:
-    """Rows whose counts add up to numel, bins lie in the dtype's range, casts are >= 0
-    and float32 statistics are uint32 patterns (what ``decode_tensor`` checks)."""
-    n_bins = header[:, HEADER - 1]
-    bin_sums = np.diff(np.concatenate(([0], np.cumsum(bins)))[bin_starts])
-    negative_bins = np.diff(np.concatenate(([0], np.cumsum(bins < 0)))[bin_starts])
-    negative_casts = np.diff(np.concatenate(([0], np.cumsum(casts < 0)))[cast_starts])
-    totals = header[:, 2:6].sum(axis=1) + bin_sums
-    codes = header[:, 0]
+# The rule for a stored vector, one check per reason a row is refused, in the order the
+# reasons are told (``decode_vector`` names the first that fails).
+def _header_checks(
+    header: np.ndarray, lengths: np.ndarray, n_formats: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Rows whose dtype code is known, length as announced and counts non-negative."""
+    n_bins, codes = header[:, HEADER - 1], header[:, 0]
+    return {
+        "dtype": (codes >= 0) & (codes < len(metadata.DTYPE_CODES)),
+        "length": (n_bins >= 0) & (lengths == HEADER + n_bins + 2 * n_formats + len(STATISTICS)),
+        "negative": (header[:, 1 : 1 + len(COUNTS)] >= 0).all(axis=1),
+    }
+
+
+def _content_checks(header: np.ndarray, parts: _Parts) -> dict[str, np.ndarray]:
+    """Rows whose bins and casts are >= 0, counts add up to numel, bins lie in the dtype's
+    range and float32 statistics are uint32 patterns."""
+    n_bins, codes = header[:, HEADER - 1], header[:, 0]
+    bin_sums = np.diff(np.concatenate(([0], np.cumsum(parts.bins)))[parts.bin_starts])
+    negative_bins = np.diff(np.concatenate(([0], np.cumsum(parts.bins < 0)))[parts.bin_starts])
+    negative_casts = np.diff(np.concatenate(([0], np.cumsum(parts.casts < 0)))[parts.cast_starts])
+    lo = parts.bins_lo
     in_range = (n_bins == 0) | (
-        (bins_lo >= _MIN_EXPONENT[codes]) & (bins_lo + n_bins - 1 <= _MAX_EXPONENT[codes])
+        (lo >= _MIN_EXPONENT[codes]) & (lo + n_bins - 1 <= _MAX_EXPONENT[codes])
     )
-    float64 = codes == _FLOAT64_CODE
-    stats_ok = float64 | ((stat_bits >= 0) & (stat_bits <= 0xFFFFFFFF)).all(axis=1)
-    return (
-        (totals == header[:, 1])
-        & (negative_bins == 0)
-        & (negative_casts == 0)
-        & in_range
-        & stats_ok
-    )
+    bits = parts.stat_bits
+    return {
+        "negative": (negative_bins == 0) & (negative_casts == 0),
+        "total": header[:, 2:6].sum(axis=1) + bin_sums == header[:, 1],
+        "range": in_range,
+        "statistics": (codes == _FLOAT64_CODE) | ((bits >= 0) & (bits <= 0xFFFFFFFF)).all(axis=1),
+    }
+
+
+def _passes(checks: dict[str, np.ndarray]) -> np.ndarray:
+    return np.logical_and.reduce(list(checks.values()))
+
+
+def _first_failed(checks: dict[str, np.ndarray]) -> str | None:
+    return next((reason for reason, ok in checks.items() if not ok.all()), None)
+
+
+def _refusal(reason: str, values: np.ndarray, n_formats: int) -> str:
+    """The sentence that says why one vector was refused."""
+    code, n_bins = int(values[0]), int(values[HEADER - 1])
+    if reason == "dtype":
+        return f"unknown dtype code {code} (this tandv_tb knows {len(metadata.DTYPE_CODES)})"
+    if reason == "length":
+        expected = HEADER + max(n_bins, 0) + 2 * n_formats + len(STATISTICS)
+        return (
+            f"a numerics tensor with {n_bins} bins and {n_formats} formats has {expected} "
+            f"values, got {len(values)}"
+        )
+    if reason == "negative":
+        return "a numerics tensor holds negative counts"
+    if reason == "total":
+        total = int(values[2 : 1 + len(COUNTS)].sum() + values[HEADER : HEADER + n_bins].sum())
+        return f"a numerics tensor's counts add up to {total}, not numel {int(values[1])}"
+    if reason == "range":
+        lo, dtype = int(values[HEADER - 2]) - BINS_OFFSET, metadata.DTYPE_CODES[code]
+        info = fmt.info(dtype)
+        return (
+            f"a numerics tensor's bins {lo}..{lo + n_bins - 1} lie outside {dtype}'s range "
+            f"{info.min_exponent}..{info.max_exponent}"
+        )
+    return "float32 statistics out of the uint32 range"
 
 
 def gather_ranges(
@@ -194,14 +253,10 @@ def gather_ranges(
         or (out_starts + sizes).max() > len(out)
     ):
         raise ValueError("a byte range lies outside the data")
-    _gather(data, starts, sizes, out, out_starts)
+    from tandv_tb.disk import kernels  # numba: loaded on first use
+
+    kernels.gather(data, starts, sizes, out, out_starts)
     return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _gather(data, starts, sizes, out, out_starts):
-    for i in range(len(starts)):
-        out[out_starts[i] : out_starts[i] + sizes[i]] = data[starts[i] : starts[i] + sizes[i]]
 
 
 def ragged_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

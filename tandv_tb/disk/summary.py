@@ -25,8 +25,8 @@ How the vector is stored depends on the tag's plugin data version (``metadata``)
   about a quarter less memory, and hands it back several times faster.
 - version 1: a 1-D ``DT_INT64`` ``TensorProto`` with the vector in ``int64_val``.
 
-``decode_tensor`` reads both, from the ndarray ``tensor_util.make_ndarray`` gives: uint8
-(varint bytes) or any other integer dtype (the vector itself).
+``record_columns.decode_tensor`` reads both, from the ndarray ``tensor_util.make_ndarray``
+gives: uint8 (varint bytes) or any other integer dtype (the vector itself).
 """
 
 from __future__ import annotations
@@ -34,16 +34,15 @@ from __future__ import annotations
 import math
 import struct
 
-import numba
 import numpy as np
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
-from tandv_tb import formats as fmt
 from tandv_tb.disk.metadata import DTYPE_CODES, TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 
 BINS_OFFSET = 1100
-_HEADER = len(COUNTS) + 3  # dtype_code, the counts, bins_lo + offset, n_bins
+#: Values before the bins: dtype_code, the counts, bins_lo + BINS_OFFSET, n_bins.
+HEADER = len(COUNTS) + 3
 
 
 _CODE_OF = {name: code for code, name in enumerate(DTYPE_CODES)}
@@ -77,8 +76,8 @@ def encode_record(record: NumericsRecord, formats: tuple[str, ...]) -> np.ndarra
     if n_bins and counts.min() < 0:
         raise ValueError("histogram counts must be non-negative")
     statistics = record.statistics
-    out = np.empty(_HEADER + n_bins + 2 * len(formats) + len(STATISTICS), dtype=np.int64)
-    out[:_HEADER] = (
+    out = np.empty(HEADER + n_bins + 2 * len(formats) + len(STATISTICS), dtype=np.int64)
+    out[:HEADER] = (
         dtype_code(record.dtype),
         record.numel,
         record.zero_count,
@@ -88,10 +87,10 @@ def encode_record(record: NumericsRecord, formats: tuple[str, ...]) -> np.ndarra
         record.bins_lo + BINS_OFFSET if n_bins else BINS_OFFSET,
         n_bins,
     )
-    out[_HEADER : _HEADER + n_bins] = counts
+    out[HEADER : HEADER + n_bins] = counts
     for k, f in enumerate(formats):
-        out[_HEADER + n_bins + 2 * k] = underflow[f]
-        out[_HEADER + n_bins + 2 * k + 1] = overflow[f]
+        out[HEADER + n_bins + 2 * k] = underflow[f]
+        out[HEADER + n_bins + 2 * k + 1] = overflow[f]
     values = [statistics.get(name, math.nan) for name in STATISTICS]
     out[len(out) - len(STATISTICS) :] = _statistics_bits(values, record.dtype)
     return out
@@ -121,33 +120,11 @@ def _statistics_bits(values: list[float], dtype: str) -> tuple[int, ...]:
         return _AS_UINT32.unpack(_AS_FLOAT32.pack(*rounded))
 
 
-def _decode_statistics(values: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "float64":
-        return values.astype(np.int64).view(np.float64)
-    if values.size and (values.min() < 0 or values.max() > np.iinfo(np.uint32).max):
-        raise ValueError("float32 statistics out of the uint32 range")
-    with np.errstate(invalid="ignore"):  # signalling-NaN patterns stay NaN
-        return values.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
 def encode_varints(values: np.ndarray) -> bytes:
     """The LEB128 varints of the 64-bit patterns of ``values`` (int64), concatenated."""
-    return _leb128(np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)).tobytes()
+    from tandv_tb.disk import kernels  # numba: loaded on first use
 
-
-@numba.njit(cache=True, nogil=True)
-def _leb128(bits):
-    """Each value 7 bits a byte, low bits first, the high bit set on all but its last byte."""
-    out = np.empty(len(bits) * 10, dtype=np.uint8)
-    n = 0
-    for value in bits:
-        while value >= 0x80:
-            out[n] = (value & 0x7F) | 0x80
-            value >>= 7
-            n += 1
-        out[n] = value
-        n += 1
-    return out[:n]
+    return kernels.leb128(np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)).tobytes()
 
 
 def decode_varints(data: np.ndarray) -> np.ndarray:
@@ -162,49 +139,14 @@ def decode_varint_parts(data: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray
     """The int64 values of consecutive parts of ``data`` (uint8), part i being the next
     ``sizes[i]`` bytes, each holding whole varints, and the number of values of each part;
     ``ValueError`` if a part's last varint is cut off or one is longer than 10 bytes."""
-    values, counts, status = _unleb128(data, sizes)
+    from tandv_tb.disk import kernels  # numba: loaded on first use
+
+    values, counts, status = kernels.unleb128(data, sizes)
     if status == 1:
         raise ValueError("a numerics tensor's last varint is cut off")
     if status == 2:
         raise ValueError("a numerics tensor holds a varint longer than 10 bytes")
     return values.view(np.int64), counts
-
-
-@numba.njit(cache=True, nogil=True)
-def _unleb128(data, sizes):
-    """``_leb128`` undone part by part: (values as uint64, values per part, status), status
-    0 when every part ends with a whole varint, 1 when one is cut off, 2 when a varint has
-    more than 10 bytes."""
-    values = np.empty(len(data), dtype=np.uint64)  # at most one value a byte
-    counts = np.zeros(len(sizes), dtype=np.int64)
-    n = pos = 0
-    for part in range(len(sizes)):
-        end = pos + sizes[part]
-        while pos < end:
-            value = np.uint64(0)
-            shift = 0
-            while True:
-                if pos == end:
-                    return values[:0], counts, 1
-                if shift == 70:
-                    return values[:0], counts, 2
-                byte = np.uint64(data[pos])
-                pos += 1
-                value |= (byte & np.uint64(0x7F)) << np.uint64(shift)
-                shift += 7
-                if byte < 0x80:
-                    break
-            values[n] = value
-            n += 1
-            counts[part] += 1
-    return values[:n], counts, 0
-
-
-def tensor_proto(values: np.ndarray) -> tensor_pb2.TensorProto:
-    """The stored ``TensorProto`` (version 2) of an int64 vector: ``DT_UINT8`` varint bytes."""
-    proto = tensor_pb2.TensorProto()
-    _store(values, proto)
-    return proto
 
 
 def _store(values: np.ndarray, proto: tensor_pb2.TensorProto) -> None:
@@ -238,56 +180,3 @@ def stored_vector(array: np.ndarray) -> np.ndarray:
     if values.dtype == np.uint8:
         return decode_varints(values)
     return values.astype(np.int64)
-
-
-def decode_tensor(array: np.ndarray, info: TagInfo) -> NumericsRecord:
-    """The ``NumericsRecord`` of one stored step (the ndarray of its ``TensorProto``, either
-    version); ``ValueError`` if it is malformed."""
-    values = stored_vector(array)
-    if len(values) < _HEADER:
-        raise ValueError(f"a numerics tensor has at least {_HEADER} values, got {len(values)}")
-    code, n_bins = int(values[0]), int(values[_HEADER - 1])
-    if not 0 <= code < len(DTYPE_CODES):
-        raise ValueError(f"unknown dtype code {code} (this tandv_tb knows {len(DTYPE_CODES)})")
-    n_formats, n_stats = len(info.formats), len(STATISTICS)
-    expected = _HEADER + max(n_bins, 0) + 2 * n_formats + n_stats
-    if n_bins < 0 or len(values) != expected:
-        raise ValueError(
-            f"a numerics tensor with {n_bins} bins and {n_formats} formats has {expected} "
-            f"values, got {len(values)}"
-        )
-    dtype = DTYPE_CODES[code]
-    counts = values[_HEADER : _HEADER + n_bins].copy()
-    casts = values[_HEADER + n_bins : _HEADER + n_bins + 2 * n_formats]
-    statistics = _decode_statistics(values[len(values) - n_stats :], dtype)
-    head = dict(zip(COUNTS, (int(v) for v in values[1 : len(COUNTS) + 1])))
-    bins_lo = int(values[_HEADER - 2]) - BINS_OFFSET if n_bins else 0
-    _check_consistent(head, counts, casts, dtype, bins_lo)
-    return NumericsRecord(
-        dtype=dtype,
-        **head,
-        bins_lo=bins_lo,
-        counts=counts,
-        statistics={name: float(v) for name, v in zip(STATISTICS, statistics)},
-        underflow={f: int(casts[2 * i]) for i, f in enumerate(info.formats)},
-        overflow={f: int(casts[2 * i + 1]) for i, f in enumerate(info.formats)},
-    )
-
-
-def _check_consistent(
-    head: dict[str, int], counts: np.ndarray, casts: np.ndarray, dtype: str, bins_lo: int
-) -> None:
-    if min(head.values()) < 0 or (counts.size and counts.min() < 0) or (casts < 0).any():
-        raise ValueError("a numerics tensor holds negative counts")
-    total = head["zero_count"] + head["nan_count"] + head["posinf_count"]
-    total += head["neginf_count"] + int(counts.sum())
-    if total != head["numel"]:
-        raise ValueError(f"a numerics tensor's counts add up to {total}, not numel {head['numel']}")
-    info = fmt.info(dtype)
-    if counts.size and (
-        bins_lo < info.min_exponent or bins_lo + counts.size - 1 > info.max_exponent
-    ):
-        raise ValueError(
-            f"a numerics tensor's bins {bins_lo}..{bins_lo + counts.size - 1} lie outside "
-            f"{dtype}'s range {info.min_exponent}..{info.max_exponent}"
-        )

@@ -16,14 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tandv_tb.disk.event_reader import Chunk, TagTable, read_file, select_runs
+from tandv_tb.disk.chunk_values import Chunk
+from tandv_tb.disk.event_reader import DataWarning, read_file, select_runs
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, to_record
-
-
-class DataWarning(UserWarning):
-    """Some stored numerics could not be read (damaged file, newer version, bad record)."""
+from tandv_tb.disk.tag_table import TagTable
 
 
 def _warn(message: str) -> None:

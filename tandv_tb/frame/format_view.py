@@ -1,18 +1,15 @@
 """A record seen through a low-precision format: the ``format=F`` view of ``read_frame``.
 
-For a format that was not recorded at tracking time the split is an estimate: the values of
-each bin ``[2**n, 2**(n+1))`` are taken as spread uniformly in ``log2|x|``, and the part of a
-bin beyond F's cast thresholds (found with ml_dtypes by ``formats.cast_thresholds``) counts
-as underflow/overflow, rounded to whole values.
+For a format that was not recorded at tracking time the split is an estimate, by the rule of
+``tandv_tb.cast_estimate`` (the dashboards' too), rounded to whole values.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tandv_tb import formats as fmt
+from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.disk.record import NumericsRecord
 
 
@@ -23,15 +20,12 @@ def _take_from_bottom(counts: np.ndarray, amount: int) -> np.ndarray:
 
 
 def _estimated_casts(record: NumericsRecord, format: str) -> tuple[int, int]:
-    """Under/overflow of ``format`` estimated from the bins (rule in the module doc)."""
-    thresholds = fmt.cast_thresholds(record.dtype, format)
-    n = record.bins_lo + np.arange(len(record.counts), dtype=np.float64)
-    under = thresholds.under_pos
-    over = thresholds.over_pos
-    under_part = np.clip(math.log2(under) - n, 0.0, 1.0) if under > 0 else np.zeros_like(n)
-    over_part = np.clip(n + 1 - math.log2(over), 0.0, 1.0) if math.isfinite(over) else 0 * n
-    under_count = float(record.counts @ under_part)
-    over_count = float(record.counts @ over_part)
+    """Under/overflow of ``format`` estimated from the record's bins (``cast_estimate``)."""
+    under_part, over_part = bin_weights(record.dtype, format)
+    first = record.bins_lo - fmt.info(record.dtype).min_exponent
+    span = slice(first, first + len(record.counts))
+    under_count = float(record.counts @ under_part[span])
+    over_count = float(record.counts @ over_part[span])
     return int(round(under_count)), int(round(over_count))
 
 

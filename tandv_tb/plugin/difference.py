@@ -9,10 +9,10 @@ reduction of per-step differences, never the difference of two reduced cells.
 from __future__ import annotations
 
 import numpy as np
+from tensorboard.errors import InvalidArgumentError
 
 from tandv_tb.plugin import metrics
 from tandv_tb.plugin.listing import RunIndex, TagEntry
-from tandv_tb.plugin.params import RequestError
 
 Row = tuple[np.ndarray, np.ndarray]
 
@@ -23,7 +23,7 @@ def minus_index(query, index: RunIndex, tensor_type: str) -> RunIndex | None:
     if other is None:
         return None
     if other == index.run:
-        raise RequestError(f"minus_run must differ from run, both are {other!r}")
+        raise InvalidArgumentError(f"minus_run must differ from run, both are {other!r}")
     other_index = query.store.run(query.ctx, query.experiment_id, other)
     other_index.layers(tensor_type)  # 404 naming the tensor type when the run lacks it
     return other_index

@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tensorboard.errors import InvalidArgumentError
+
 from tandv_tb.diagnosis.base import Thresholds, severity_rank
 from tandv_tb.diagnosis.engine import diagnose
-from tandv_tb.plugin.params import RequestError
 
 #: At most this many runs a request (their pairs are compared).
 MAX_RUNS = 64
@@ -22,7 +23,7 @@ def runs_of(query) -> list[str]:
     """The ``run`` parameters, each known to hold numerics (404 otherwise), sorted."""
     runs = query.params.texts("run", required=True)
     if len(runs) > MAX_RUNS:
-        raise RequestError(f"at most {MAX_RUNS} runs a request, got {len(runs)}")
+        raise InvalidArgumentError(f"at most {MAX_RUNS} runs a request, got {len(runs)}")
     for run in runs:
         query.store.run(query.ctx, query.experiment_id, run)
     return sorted(runs)

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tensorboard.data import provider as tb_provider
+from tensorboard.errors import NotFoundError
 
 from tandv_tb.disk import metadata
 from tandv_tb.numerics_db import NumericsDB
-from tandv_tb.plugin.params import NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -57,14 +57,16 @@ class RunIndex:
         found = [e for (t, _), e in self.entries.items() if t == tensor_type]
         if not found:
             known = ", ".join(self.tensor_types())
-            raise NotFound(f"run {self.run!r} has no tensor type {tensor_type!r} (it has: {known})")
+            raise NotFoundError(
+                f"run {self.run!r} has no tensor type {tensor_type!r} (it has: {known})"
+            )
         return sorted(found, key=lambda e: (e.info.order, e.info.name))
 
     def layer(self, tensor_type: str, name: str) -> TagEntry:
         entry = self.entries.get((tensor_type, name))
         if entry is None:
             self.layers(tensor_type)  # 404 naming the tensor type if that is what is unknown
-            raise NotFound(f"run {self.run!r} has no layer {name!r} of type {tensor_type!r}")
+            raise NotFoundError(f"run {self.run!r} has no layer {name!r} of type {tensor_type!r}")
         return entry
 
 
@@ -164,7 +166,7 @@ class Listing:
         index = self._listed((experiment_id, run), build)
         if not index.entries:
             reasons = "".join(f"; skipped {tag!r}: {why}" for tag, why in index.skipped[:3])
-            raise NotFound(f"no run {run!r} with numerics{reasons}")
+            raise NotFoundError(f"no run {run!r} with numerics{reasons}")
         return index
 
     def _listed(self, key: tuple, build: Callable[[], object]):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from tensorboard.errors import InvalidArgumentError
 
 from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import LayerSeries, Needs
-from tandv_tb.plugin.params import RequestError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +57,9 @@ def metric(name: str, format_name: str | None) -> Metric:
     """The metric called ``name``; 400 for an unknown one or a missing format."""
     found = METRICS.get(name)
     if found is None:
-        raise RequestError(f"unknown metric {name!r}; GET metrics lists them")
+        raise InvalidArgumentError(f"unknown metric {name!r}; GET metrics lists them")
     if found.needs_format and format_name is None:
-        raise RequestError(f"metric {name!r} needs a 'format' parameter")
+        raise InvalidArgumentError(f"metric {name!r} needs a 'format' parameter")
     return found
 
 

@@ -1,27 +1,12 @@
-"""Query-parameter parsing: every bad value becomes a ``RequestError`` naming it."""
+"""Query-parameter parsing: every bad value becomes TensorBoard's ``InvalidArgumentError``
+(HTTP 400) naming it."""
 
 from __future__ import annotations
 
 import re
 
+from tensorboard.errors import InvalidArgumentError
 from werkzeug.datastructures import MultiDict
-
-
-class RequestError(Exception):
-    """A request the plugin refuses; ``status`` is 400 (bad input) or 404 (unknown thing)."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-class NotFound(RequestError):
-    """An unknown run, tensor type, layer, tag, route or file."""
-
-    def __init__(self, message: str):
-        super().__init__(message, 404)
-
 
 #: Longest accepted text parameter: layer names are module paths, so a 1,000-character
 #: module key inside containers makes a name longer than 1,000 characters.
@@ -39,17 +24,19 @@ class Params:
         values = self._args.getlist(name)
         for value in values:
             if len(value) > MAX_TEXT:
-                raise RequestError(f"parameter {name!r} is longer than {MAX_TEXT} characters")
+                raise InvalidArgumentError(
+                    f"parameter {name!r} is longer than {MAX_TEXT} characters"
+                )
         return values
 
     def text(self, name: str, default: str | None = None, *, required: bool = True) -> str | None:
         """One string; 400 when missing (unless a default is given) or given twice."""
         values = self._values(name)
         if len(values) > 1:
-            raise RequestError(f"parameter {name!r} must be given once, got {len(values)}")
+            raise InvalidArgumentError(f"parameter {name!r} must be given once, got {len(values)}")
         if not values or values[0] == "":
             if default is None and required:
-                raise RequestError(f"missing parameter {name!r}")
+                raise InvalidArgumentError(f"missing parameter {name!r}")
             return default
         return values[0]
 
@@ -57,7 +44,7 @@ class Params:
         """Every value of a repeatable parameter, in order, without repeats."""
         values = list(dict.fromkeys(v for v in self._values(name) if v != ""))
         if required and not values:
-            raise RequestError(f"missing parameter {name!r} (give it at least once)")
+            raise InvalidArgumentError(f"missing parameter {name!r} (give it at least once)")
         return values
 
     def integer(
@@ -75,17 +62,19 @@ class Params:
         try:
             value = int(text.strip())
         except ValueError:
-            raise RequestError(f"parameter {name!r} must be an integer, got {text!r}") from None
+            raise InvalidArgumentError(
+                f"parameter {name!r} must be an integer, got {text!r}"
+            ) from None
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
-            raise RequestError(f"parameter {name!r} must be in {bounds}, got {value}")
+            raise InvalidArgumentError(f"parameter {name!r} must be in {bounds}, got {value}")
         return value
 
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
         """One of ``choices``; ``default`` when absent."""
         value = self.text(name, default)
         if value not in choices:
-            raise RequestError(
+            raise InvalidArgumentError(
                 f"parameter {name!r} must be one of {', '.join(choices)}; got {value!r}"
             )
         return value
@@ -98,7 +87,7 @@ class Params:
         try:
             return re.compile(text)
         except (re.error, RecursionError, OverflowError) as error:
-            raise RequestError(
+            raise InvalidArgumentError(
                 f"parameter {name!r} is not a valid regular expression: {error}"
             ) from None
 
@@ -107,5 +96,5 @@ class Params:
         low = self.integer("step_min", low=0, high=MAX_STEP)
         high = self.integer("step_max", low=0, high=MAX_STEP)
         if low is not None and high is not None and low > high:
-            raise RequestError(f"step_min ({low}) is larger than step_max ({high})")
+            raise InvalidArgumentError(f"step_min ({low}) is larger than step_max ({high})")
         return low, high

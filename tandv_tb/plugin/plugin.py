@@ -14,12 +14,13 @@ from werkzeug import wrappers
 
 from tandv_tb.disk import metadata
 from tandv_tb.plugin import csv_views, findings_route, views
-from tandv_tb.plugin.params import NotFound, Params, RequestError
+from tandv_tb.plugin.params import Params
 from tandv_tb.plugin.responses import (
     JSON_TYPE,
     csv_response,
     dumps,
     error_response,
+    public_details,
     uncompressed_json_response,
 )
 from tandv_tb.plugin.static_files import static_file
@@ -97,10 +98,8 @@ class NumericsPlugin(base_plugin.TBPlugin):
                 return error_response(request, f"method {request.method} not allowed", 405)
             try:
                 return handler(request, route)
-            except RequestError as error:
-                return error_response(request, error.message, error.status)
-            except tb_errors.PublicError as error:
-                return error_response(request, str(error), error.http_code)
+            except tb_errors.PublicError as error:  # 400 and 404 (InvalidArgument, NotFound)
+                return error_response(request, public_details(error), error.http_code)
             except Exception:
                 logger.exception("tandv plugin: internal error on %s", request.full_path)
                 return error_response(request, "internal error (see TensorBoard's log)", 500)
@@ -109,7 +108,7 @@ class NumericsPlugin(base_plugin.TBPlugin):
 
     def _answer(self, request: wrappers.Request, route: str):
         if self._store is None:
-            raise NotFound("TensorBoard runs without a data provider")
+            raise tb_errors.NotFoundError("TensorBoard runs without a data provider")
         json_route, to_csv = CSV_ROUTES.get(route, (route, None))
         params = Params(request.args)
         query = views.Query(
@@ -155,4 +154,4 @@ class NumericsPlugin(base_plugin.TBPlugin):
         return http_util.Respond(request, content, content_type)
 
     def _unknown(self, request: wrappers.Request, route: str):
-        raise NotFound(f"no route {request.path!r}; see tandv_tb/plugin/http_api.md")
+        raise tb_errors.NotFoundError(f"no route {request.path!r}; see tandv_tb/plugin/http_api.md")

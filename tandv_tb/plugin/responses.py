@@ -17,6 +17,7 @@ import re
 import secrets
 
 import numpy as np
+from tensorboard import errors
 from tensorboard.backend import http_util
 from werkzeug import wrappers
 
@@ -136,10 +137,6 @@ def dumps(payload) -> str:
     return text
 
 
-def json_response(request, payload, code: int = 200):
-    return http_util.Respond(request, dumps(payload), JSON_TYPE, code=code)
-
-
 def uncompressed_json_response(body: str):
     """A JSON response sent as is: for bodies made mostly of base64 (``Matrix``), which
     gzip shrinks by about a quarter at a cost of tens of milliseconds. Headers as
@@ -151,6 +148,19 @@ def uncompressed_json_response(body: str):
         ("Cache-Control", "no-cache, must-revalidate"),
     ]
     return wrappers.Response(content, status=200, content_type=JSON_TYPE, headers=headers)
+
+
+def public_details(error: errors.PublicError) -> str:
+    """What a TensorBoard error says, without the code name its constructor puts first
+    ("Invalid argument: ", "Not found: "): the status already says that, and the plugin's
+    messages are sentences of their own."""
+    text = str(error)
+    try:
+        code_name = str(type(error)())  # the text of the same error without details
+    except TypeError:  # an error whose constructor needs more than details
+        return text
+    prefix = f"{code_name}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 def error_response(request, message: str, code: int):

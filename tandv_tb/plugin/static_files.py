@@ -6,9 +6,8 @@ import os
 import posixpath
 from pathlib import Path
 
+from tensorboard.errors import NotFoundError
 from werkzeug.security import safe_join
-
-from tandv_tb.plugin.params import NotFound
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
@@ -36,14 +35,14 @@ def static_file(relative: str, root: Path = STATIC_DIR) -> tuple[bytes, str]:
         or relative.startswith("/")
         or ".." in relative.split("/")
     ):
-        raise NotFound(f"no static file {relative!r}")
+        raise NotFoundError(f"no static file {relative!r}")
     joined = safe_join(str(root), posixpath.normpath(relative))
     if joined is None:
-        raise NotFound(f"no static file {relative!r}")
+        raise NotFoundError(f"no static file {relative!r}")
     real_root = os.path.realpath(root)
     real = os.path.realpath(joined)
     if os.path.commonpath([real_root, real]) != real_root or not os.path.isfile(real):
-        raise NotFound(f"no static file {relative!r}")
+        raise NotFoundError(f"no static file {relative!r}")
     content_type = CONTENT_TYPES.get(Path(real).suffix.lower(), "application/octet-stream")
     with open(real, "rb") as file:
         return file.read(), content_type

@@ -10,15 +10,14 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 from tensorboard.data import provider as tb_provider
+from tensorboard.errors import NotFoundError
 
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import NumericsRecord
-from tandv_tb.disk.record_columns import decode_rows
-from tandv_tb.disk.summary import decode_tensor
+from tandv_tb.disk.record_columns import decode_rows, decode_tensor
 from tandv_tb.numerics_db import NumericsDB, Rows
 from tandv_tb.plugin.columns import Bins, LayerSeries, Needs
 from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry, provider_tags, store_tags
-from tandv_tb.plugin.params import NotFound
 
 SCALARS_PLUGIN = "scalars"
 #: Ask the provider for every scalar step it holds.
@@ -86,7 +85,7 @@ class NumericsStore:
 
     def _store(self) -> NumericsDB:
         if self._db is None:
-            raise NotFound(
+            raise NotFoundError(
                 "the Numerics tab reads the event files under a local --logdir; start "
                 "tensorboard with --logdir=<a local folder>"
             )
@@ -177,7 +176,7 @@ class NumericsStore:
         ((tag_id, _),) = self._tag_ids(run, [entry])
         held = db.rows(run, [tag_id], ()).steps if tag_id is not None else np.zeros(0, np.int64)
         if not len(held):
-            raise NotFound(f"layer {entry.info.name!r} has no readable steps")
+            raise NotFoundError(f"layer {entry.info.name!r} has no readable steps")
         row = len(held) - 1 if step is None else _nearest(held, step)
         found = db.rows(run, [tag_id], (), vectors=True, steps=(int(held[row]),))
         data, offsets = found.vectors
@@ -201,7 +200,7 @@ class NumericsStore:
         ).get(run, {})
         for tag in tags or ():
             if tag not in listing:
-                raise NotFound(f"run {run!r} has no scalar tag {tag!r}")
+                raise NotFoundError(f"run {run!r} has no scalar tag {tag!r}")
         wanted = sorted(tags if tags else listing)
         if not wanted:
             return {}

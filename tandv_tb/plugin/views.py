@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from tensorboard.errors import InvalidArgumentError
 
 from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata
@@ -14,7 +15,7 @@ from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import LayerSeries, Needs, record_series
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows, union_steps
 from tandv_tb.plugin.listing import RunIndex, TagEntry
-from tandv_tb.plugin.params import MAX_STEP, Params, RequestError
+from tandv_tb.plugin.params import MAX_STEP, Params
 from tandv_tb.plugin.responses import Matrix, Numbers
 from tandv_tb.plugin.store import NumericsStore
 
@@ -56,7 +57,7 @@ def canonical_format(name: str) -> str:
     try:
         return fmt.info(name).name
     except (ValueError, TypeError) as error:
-        raise RequestError(str(error)) from None
+        raise InvalidArgumentError(str(error)) from None
 
 
 def _formats(params: Params) -> list[str]:

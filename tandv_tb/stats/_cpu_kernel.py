@@ -30,7 +30,7 @@ import numpy as np
 from numba.extending import intrinsic
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import TensorStats
+from tandv_tb.stats.tensor_stats import TensorStats
 
 _CORES = max(1, min(8, os.cpu_count() or 1))
 _MIN_PART = 1 << 16

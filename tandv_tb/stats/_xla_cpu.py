@@ -32,8 +32,8 @@ from numba import types
 from numba.extending import intrinsic
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import engine_layout
 from tandv_tb.stats import _cpu_kernel
+from tandv_tb.stats.tensor_stats import engine_layout
 
 #: The FFI API version the handler implements (``XLA_FFI_API_MAJOR``/``MINOR``).
 _API_MAJOR, _API_MINOR = 0, 3

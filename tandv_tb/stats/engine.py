@@ -18,10 +18,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import TensorStats
 from tandv_tb.stats import _xla_cpu
 from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats._cpu_kernel import compute_cpu
+from tandv_tb.stats.tensor_stats import TensorStats
 
 
 @dataclasses.dataclass

@@ -30,8 +30,9 @@ import torch
 import torch.distributed as dist
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import MOMENTS
-from tandv_tb.stats import COUNTS, TensorStats
+from tandv_tb.disk.record import COUNTS
+from tandv_tb.stats import TensorStats
+from tandv_tb.stats.tensor_stats import MOMENTS
 from tandv_tb.torch.collect import Entry
 
 _SLOT = 1 + len(MOMENTS)  # finite count, then the moments
