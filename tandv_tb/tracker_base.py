@@ -41,7 +41,11 @@ class TrackOptions:
         if not isinstance(self.watch_nonfinite, bool):
             raise TypeError(f"watch_nonfinite must be a bool, got {self.watch_nonfinite!r}")
         check_every(self.every)
-        object.__setattr__(self, "formats", check_formats(self.formats))
+        try:
+            formats = check_formats(self.formats)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"formats: {error}") from None
+        object.__setattr__(self, "formats", formats)
         object.__setattr__(self, "selected", Selection(self.include, self.exclude))
 
 
