@@ -49,7 +49,7 @@ _S64, _F64 = 5, 12
 #: against the installed header by tests/test_private_api_pins.py, which compiles it).
 #: XLA_FFI_Extension_Base: its type. XLA_FFI_Metadata_Extension: the metadata pointer.
 _EXTENSION_TYPE, _EXTENSION_METADATA = 1, 3
-#: XLA_FFI_CallFrame: extension_start, stage, args.args and rets.rets; its size in words.
+#: XLA_FFI_CallFrame: extension_start, stage, args.args and rets.rets; the words read.
 _FRAME_EXTENSION, _FRAME_STAGE, _FRAME_ARGS, _FRAME_RESULTS, _FRAME_WORDS = 1, 4, 9, 14, 15
 #: XLA_FFI_Buffer: dtype, data and dims; its size in words.
 _BUFFER_DTYPE, _BUFFER_DATA, _BUFFER_DIMS, _BUFFER_WORDS = 2, 3, 5, 6
