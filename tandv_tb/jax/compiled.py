@@ -89,9 +89,10 @@ def unwrap(fn: object) -> Unwrapped | None:
     """How ``fn`` was jitted, or None for a function that is not (``UnsupportedJit`` for
     one whose options cannot be reproduced)."""
     # ``_jit_info`` is private, pinned by tests/test_private_api_pins.py: jax has no public
-    # way to read a jitted function's options (static and donated arguments, shardings),
-    # and without them the function could only run eagerly on tracked steps (see
-    # bench/RESULTS.md, "Private APIs"). The Python function is the public ``__wrapped__``.
+    # way to read a jitted function's options (static and donated arguments, shardings).
+    # Without them a tracked step could only run the function eagerly: 2.26x of plain
+    # training against 1.28x compiled again with them (bench/private_apis.py, 2026-11-23).
+    # The Python function is the public ``__wrapped__``.
     info = getattr(fn, "_jit_info", None)
     if info is not None and callable(getattr(fn, "__wrapped__", None)):
         return Unwrapped("jax", fn.__wrapped__, _jax_options(info))
