@@ -299,6 +299,10 @@ def track(
     Under ``jax.distributed`` every process calls ``track``, ``intercept`` and ``step`` alike
     (the statistics of a global array are computed by a program all processes run, so they
     describe the whole array); process 0 alone writes.
+
+    The options are checked once, as a ``tandv_tb.tracker_base.TrackOptions`` (the options
+    PyTorch's ``track`` shares): a bad value raises a ``ValueError`` or ``TypeError`` naming
+    its keyword before anything is written.
     """
     options = dict(locals())
     model_state, optimizer_state = options.pop("model_state"), options.pop("optimizer_state")

@@ -250,6 +250,9 @@ def track(
       those of eager mode.
     - With activation checkpointing, the recomputed forward is not recorded again.
     - A model's modules are the ones it holds when ``track`` is called.
+    - The options are checked once, as a ``tandv_tb.torch.options.TorchOptions``: a bad
+      value raises a ``ValueError`` or ``TypeError`` naming its keyword before anything is
+      hooked or written.
     """
     options = dict(locals())
     if not isinstance(options.pop("module"), nn.Module):
