@@ -214,7 +214,9 @@ class NumericsWriter:
         """The directory of the event file written to."""
         if self._events is not None:
             return self._events.logdir
-        return str(self._user_writer._get_file_writer().get_logdir())
+        if self._kind == "torch":
+            return str(self._user_writer.get_logdir())
+        return str(self._user_writer.logdir)  # tensorboardX's SummaryWriter has no getter
 
     def add_numerics(
         self, name: str, tensor: object, step: int, tensor_type: str = "Activation"
@@ -341,6 +343,12 @@ class NumericsWriter:
         if self._kind == "own":
             self._events.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
             return
+        # Private, pinned by tests/test_private_api_pins.py: neither SummaryWriter has a
+        # public method that writes a Summary proto, and a second event file of our own in
+        # its directory would not be "beside its scalars" (TensorBoard's loader without the
+        # data server reads only the newest file of a run once it moves to it). It is what
+        # the writers' own ``add_*`` methods call, reopening a writer its owner closed (a
+        # Lightning logger after an earlier ``fit``), and costs one attribute check a step.
         file_writer = self._user_writer._get_file_writer()
         if self._kind == "tensorboardX":
             from tensorboardX.proto import summary_pb2 as tbx_summary_pb2

@@ -18,13 +18,19 @@ import jax.numpy as jnp
 from jax.extend.core import get_opaque_trace_state
 
 from tandv_tb.jax import kernels
-from tandv_tb.jax.outputs import map_output
 from tandv_tb.jax.probe import probe
 from tandv_tb.jax.skips import Verdict, untrackable
+from tandv_tb.leaf_names import map_leaves
 from tandv_tb.stats.engine import Pending
 from tandv_tb.tracking import SkipLog
 
 OUTPUT_TYPES = ("Activation", "Gradient")
+
+
+def _is_array(value: object) -> bool:
+    return isinstance(value, jax.Array)
+
+
 INPUT_TYPES = ("Input", "Input_Gradient")
 NESTED = (
     "it runs inside a transformation nested in the tracked function (jax.lax.scan, "
@@ -79,7 +85,7 @@ class Collector:
         place (the same values, with a probe on each array when it is differentiated)."""
         self.module_types.setdefault(name, module_type)
         array = functools.partial(self._array, OUTPUT_TYPES, module_type)
-        return map_output(output, name, array)
+        return map_leaves(output, name, _is_array, array)
 
     def module_inputs(
         self, name: str, module_type: str, args: tuple, kwargs: dict
@@ -90,7 +96,7 @@ class Collector:
         if not self.config.inputs:
             return args, kwargs
         array = functools.partial(self._array, INPUT_TYPES, module_type)
-        return map_output(args, name, array), map_output(kwargs, name, array)
+        return map_leaves(args, name, _is_array, array), map_leaves(kwargs, name, _is_array, array)
 
     def _array(
         self, types: tuple[str, str], module_type: str, name: str, x: jax.Array

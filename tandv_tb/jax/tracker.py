@@ -13,13 +13,13 @@ from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
 from tandv_tb.jax.interception import intercepting
 from tandv_tb.jax.leaf_plan import LeafPlans
-from tandv_tb.jax.orders import Orders
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
 from tandv_tb.jax.watch import WatchCollector, WatchResults
-from tandv_tb.stats.engine import check_formats
-from tandv_tb.tracking import Patterns, Selection, SkipLog, check_every, default_logdir
-from tandv_tb.writer import NumericsWriter, RecordItem
+from tandv_tb.orders import Orders
+from tandv_tb.tracker_base import TrackerBase, TrackOptions
+from tandv_tb.tracking import Patterns, SkipLog
+from tandv_tb.writer import RecordItem
 
 MODULE_OUTPUTS = ("Activation", "Gradient")
 MODULE_INPUTS = ("Input", "Input_Gradient")
@@ -33,46 +33,20 @@ def _kept(state: object) -> object:
     return _GIVEN
 
 
-class Tracker:
+class Tracker(TrackerBase):
     """Tracks one JAX/Flax training run; made by ``track``, which describes the options."""
 
-    def __init__(
-        self,
-        model_state: object,
-        optimizer_state: object,
-        *,
-        logdir: str | os.PathLike | None,
-        writer: object,
-        every: int,
-        include: Patterns,
-        exclude: Patterns,
-        track_gradients: bool,
-        track_inputs: bool,
-        formats: Sequence[str],
-        init_step: int,
-        watch_nonfinite: bool,
-    ) -> None:
-        if isinstance(init_step, bool) or not isinstance(init_step, int) or init_step < 0:
-            raise ValueError(f"init_step must be an int >= 0, got {init_step!r}")
-        if not isinstance(watch_nonfinite, bool):
-            raise TypeError(f"watch_nonfinite must be a bool, got {watch_nonfinite!r}")
-        self._every = check_every(every)
-        formats = check_formats(formats)
-        selected = Selection(include, exclude)
+    def __init__(self, model_state: object, optimizer_state: object, options: TrackOptions):
+        super().__init__(options)
         self._config = Config(
-            formats,
-            selected,
-            bool(track_gradients),
+            options.formats,
+            options.selected,
+            bool(options.track_gradients),
             SkipLog(UntrackableArrayWarning),
-            inputs=bool(track_inputs),
+            inputs=bool(options.track_inputs),
         )
-        if writer is None:
-            logdir = default_logdir() if logdir is None else os.fspath(logdir)
-        self._writer = None  # under jax.distributed, process 0 alone writes
-        if jax.process_index() == 0:
-            self._writer = NumericsWriter(
-                None if writer is not None else logdir, writer=writer, formats=formats
-            )
+        if jax.process_index() == 0:  # under jax.distributed, process 0 alone writes
+            self._open_writer()
         # NNX objects are read again at each step; of a pytree only the fact that one was
         # given is kept (holding it would keep a copy of the model alive).
         self._model_state = _kept(model_state)
@@ -82,25 +56,7 @@ class Tracker:
         self._orders = Orders()
         self._functions: dict[tuple[str, int, bool], tuple[Callable, dict, TrackedFunction]] = {}
         self._results = StepResults()
-        self._watch = WatchResults() if watch_nonfinite else None
-        self._tripped = False  # whether the watch found NaN/Inf in the last step
-        self._forced = False  # the step after the first of such steps is tracked
-        self._step = init_step
-        self._closed = False
-
-    @property
-    def current_step(self) -> int:
-        """The step that what is recorded now is written at."""
-        return self._step
-
-    @property
-    def logdir(self) -> str | None:
-        """The directory of the event file written to (``None`` in processes other than 0)."""
-        return None if self._writer is None else self._writer.logdir
-
-    @property
-    def _active(self) -> bool:
-        return self._forced or self._step % self._every == 0
+        self._watch = WatchResults() if options.watch_nonfinite else None
 
     def intercept(self, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)``, recording the output of every Flax module called in it
@@ -108,46 +64,33 @@ class Tracker:
         (``Gradient``). ``fn`` may be ``jax.jit``- or ``nnx.jit``-compiled: on tracked
         steps a version of it that also returns the statistics is compiled once and run
         in its place; on other steps ``fn`` itself runs."""
-        if self._closed:
-            raise RuntimeError("this tracker is closed")
+        self._check_open()
         if not callable(fn):
             raise TypeError(f"intercept needs a function, got {type(fn).__name__}")
-        if not self._active:
-            if self._watch is None:
-                return fn(*args, **kwargs)
-            return self._watched(fn, args, kwargs)
-        tracked = self._tracked(fn)
-        if tracked is fn:
+        if not self._active and self._watch is None:
             return fn(*args, **kwargs)
-        if tracked is not None:
-            outputs, packed = tracked(*args, **kwargs)
-            self._results.add_packed(packed)
+        # On untracked steps the watch's variant only counts NaN/Inf in the same arrays.
+        watch = not self._active
+        compiled = self._tracked(fn, watch=watch)
+        if compiled is fn:
+            return fn(*args, **kwargs)
+        if compiled is not None:
+            outputs, packed = compiled(*args, **kwargs)
+            (self._watch if watch else self._results).add_packed(packed)
             return outputs
-        collector = self._new_collector()
+        collector = self._new_collector(watch)
         with intercepting(collector, args, kwargs):
             outputs = fn(*args, **kwargs)
+        if watch:
+            self._watch.add(collector.entries)
+            return outputs
         self._learn(collector)
         for name, tensor_type, module_type, pending in collector.entries:
             self._results.add(Item(name, tensor_type, module_type, pending))
         return outputs
 
-    def _watched(self, fn: Callable, args: tuple, kwargs: dict):
-        """``fn`` on an untracked step, with the NaN/Inf counts of what it would record."""
-        watched = self._tracked(fn, watch=True)
-        if watched is fn:
-            return fn(*args, **kwargs)
-        if watched is not None:
-            outputs, packed = watched(*args, **kwargs)
-            self._watch.add_packed(packed)
-            return outputs
-        collector = WatchCollector(self._config)
-        with intercepting(collector, args, kwargs):
-            outputs = fn(*args, **kwargs)
-        self._watch.add(collector.entries)
-        return outputs
-
-    def _new_collector(self) -> Collector:
-        return Collector(self._config)
+    def _new_collector(self, watch: bool = False) -> Collector | WatchCollector:
+        return WatchCollector(self._config) if watch else Collector(self._config)
 
     def _learn(self, collector: Collector) -> None:
         for name, module_type in collector.module_types.items():
@@ -170,8 +113,7 @@ class Tracker:
         known = self._functions.get(key)
         if known is not None and known[0] is unwrapped.fun and known[1] == unwrapped.options:
             return known[2]
-        new_collector = (lambda: WatchCollector(self._config)) if watch else self._new_collector
-        tracked = TrackedFunction(unwrapped, new_collector, self._learn)
+        tracked = TrackedFunction(unwrapped, lambda: self._new_collector(watch), self._learn)
         self._functions[key] = (unwrapped.fun, unwrapped.options, tracked)
         return tracked
 
@@ -184,8 +126,7 @@ class Tracker:
         host in one transfer and writes one record per tracked tensor. NNX modules and
         optimizers given to ``track`` are read again when they are not given here.
         """
-        if self._closed:
-            raise RuntimeError("this tracker is closed")
+        self._check_open()
         if self._active:
             self._record_trees(model_state, optimizer_state, grads)
             tripped = self._write()
@@ -193,9 +134,7 @@ class Tracker:
             tripped = self._watch is not None and self._watched_step(
                 model_state, optimizer_state, grads
             )
-        self._step += 1
-        self._forced = tripped and not self._tripped
-        self._tripped = tripped
+        self._advance(self._step + 1, tripped)
 
     def _watched_step(self, model_state: object, optimizer_state: object, grads: object) -> bool:
         """End an untracked step with the watch; whether it found NaN/Inf."""
@@ -205,7 +144,7 @@ class Tracker:
             leaves = []
         self._watch.add_arrays([(leaf.name, leaf.tensor_type, leaf.value) for leaf in leaves])
         found = self._watch.drain()
-        if found:
+        if found and self._writer is not None:
             self._writer.add_nonfinite(self._step, found)
         return bool(found)
 
@@ -296,33 +235,14 @@ class Tracker:
             self._writer.add_records(self._step, items, nonfinite=found)
         return bool(found)
 
-    def flush(self) -> None:
-        """Write everything recorded so far to disk."""
-        if self._writer is not None:
-            self._writer.flush()
+    def _pending(self) -> bool:
+        return len(self._results) > 0
 
-    def close(self) -> None:
-        """Write what the current step has recorded (without ``step()``), flush and close.
-        Closing twice is fine."""
-        self._end(keep_pending=True)
+    def _write_pending(self) -> None:
+        self._write()
 
-    def _end(self, keep_pending: bool) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if keep_pending and len(self._results):
-                self._write()
-        finally:
-            self._results = StepResults()
-            if self._writer is not None:
-                self._writer.close()
-
-    def __enter__(self) -> Tracker:
-        return self
-
-    def __exit__(self, exc_type: object, *exc_info: object) -> None:
-        self._end(keep_pending=exc_type is None)
+    def _discard_pending(self) -> None:
+        self._results = StepResults()
 
 
 def _order_key(record: Item) -> str | tuple[str, str]:
@@ -389,6 +309,11 @@ def track(
     Under ``jax.distributed`` every process calls ``track``, ``intercept`` and ``step`` alike
     (the statistics of a global array are computed by a program all processes run, so they
     describe the whole array); process 0 alone writes.
+
+    The options are checked once, as a ``tandv_tb.tracker_base.TrackOptions`` (the options
+    PyTorch's ``track`` shares): a bad value raises a ``ValueError`` or ``TypeError`` naming
+    its keyword before anything is written.
     """
     options = dict(locals())
-    return Tracker(options.pop("model_state"), options.pop("optimizer_state"), **options)
+    model_state, optimizer_state = options.pop("model_state"), options.pop("optimizer_state")
+    return Tracker(model_state, optimizer_state, TrackOptions(**options))

@@ -9,10 +9,14 @@ XLA's CPU backend (whose histogram is a scalar scatter); inside a training progr
 tracked program's extra time fell to a third (bench/RESULTS.md).
 
 The handler reads XLA's C structures (``xla/ffi/api/c_api.h``, API 0.x, as shipped in
-``jax.ffi.include_dir()``) as 64-bit words: the call frame's stage, arguments and results,
-and each buffer's dtype, data and dims. It answers XLA's metadata query with the API
-version it was written against; registration first checks the major version of jax's
-headers and, if it differs, keeps the array kernel (with a warning). The formats'
+``jax.ffi.include_dir()``) as 64-bit words at fixed offsets: the one way for a numba
+``cfunc`` to be an FFI handler without a C++ build. The fallback that needs none of it, the
+array kernel, left the tracked program's extra cost at 0.40-0.57x of plain training, against
+0.14-0.15x with this call (bench/RESULTS.md, JAX tracker, session 4). It reads the call
+frame's stage, arguments and results, and each buffer's dtype, data and dims. It answers
+XLA's metadata query with the API version it was written against; registration first
+checks the major version of jax's headers and, if it differs, keeps the array kernel (with
+a warning). The formats'
 thresholds and the histogram's range come in as two small constant operands. The outputs
 are the array kernel's: the counts vector (int32, or int64 under ``jax_enable_x64``) and
 the moments vector (float32 or float64), so everything downstream is the same. XLA runs
@@ -37,13 +41,23 @@ from tandv_tb.stats.tensor_stats import engine_layout
 
 #: The FFI API version the handler implements (``XLA_FFI_API_MAJOR``/``MINOR``).
 _API_MAJOR, _API_MINOR = 0, 3
-#: Enumerations of ``c_api.h``.
+#: Enumerations of ``c_api.h``: XLA_FFI_Extension_Metadata, XLA_FFI_ExecutionStage_EXECUTE,
+#: XLA_FFI_DataType_S64 and _F64.
 _METADATA_EXTENSION, _EXECUTE = 1, 3
 _S64, _F64 = 5, 12
-#: Call frame words: [1] extension_start, [4] stage, [7] argument count, [9] argument
-#: pointers, [12] result count, [14] result pointers. Buffer words: [2] dtype, [3] data,
-#: [4] rank, [5] dims.
-_FRAME_WORDS, _BUFFER_WORDS = 15, 6
+#: Where the handler reads, in 64-bit words from a struct's start (``c_api.h``; checked
+#: against the installed header by tests/test_private_api_pins.py, which compiles it).
+#: XLA_FFI_Extension_Base: its type. XLA_FFI_Metadata_Extension: the metadata pointer.
+_EXTENSION_TYPE, _EXTENSION_METADATA = 1, 3
+#: XLA_FFI_CallFrame: extension_start, stage, args.args and rets.rets; the words read.
+_FRAME_EXTENSION, _FRAME_STAGE, _FRAME_ARGS, _FRAME_RESULTS, _FRAME_WORDS = 1, 4, 9, 14, 15
+#: XLA_FFI_Buffer: dtype, data and dims; its size in words.
+_BUFFER_DTYPE, _BUFFER_DATA, _BUFFER_DIMS, _BUFFER_WORDS = 2, 3, 5, 6
+#: XLA_FFI_Metadata, in 32-bit words: api_version's struct_size (a 64-bit word, with its
+#: extension_start next), its major and minor versions, and the traits.
+_METADATA_VERSION_SIZE, _METADATA_MAJOR, _METADATA_MINOR, _METADATA_TRAITS = 2, 6, 7, 8
+#: sizeof(XLA_FFI_Api_Version), in bytes.
+_VERSION_BYTES = 24
 
 
 @intrinsic
@@ -68,17 +82,16 @@ def _low32(word):
 
 @numba.njit(cache=True)
 def _answer_metadata(extension):
-    """Fills the XLA_FFI_Metadata that the extension points to: the API version (a
-    24-byte XLA_FFI_Api_Version at byte 8, its major and minor at bytes 24 and 28) and no
-    traits (byte 32)."""
-    metadata = _words(extension, 4)[3]
-    words = _words(metadata, 3)
-    words[1] = 24
-    words[2] = 0
-    ints = numba.carray(_pointer(metadata), (9,), np.int32)
-    ints[6] = _API_MAJOR
-    ints[7] = _API_MINOR
-    ints[8] = 0
+    """Fills the XLA_FFI_Metadata that the extension points to: the API version (an
+    XLA_FFI_Api_Version with no extensions) and no traits."""
+    metadata = _words(extension, _EXTENSION_METADATA + 1)[_EXTENSION_METADATA]
+    words = _words(metadata, _METADATA_VERSION_SIZE // 2 + 2)
+    words[_METADATA_VERSION_SIZE // 2] = _VERSION_BYTES
+    words[_METADATA_VERSION_SIZE // 2 + 1] = 0
+    ints = numba.carray(_pointer(metadata), (_METADATA_TRAITS + 1,), np.int32)
+    ints[_METADATA_MAJOR] = _API_MAJOR
+    ints[_METADATA_MINOR] = _API_MINOR
+    ints[_METADATA_TRAITS] = 0
 
 
 @numba.njit(cache=True)
@@ -100,31 +113,37 @@ def _handler(frame_pointer, float_type, int_type, summarise):
     ``summarise`` is the CPU kernel of ``float_type`` arrays, whose thresholds come as
     ``int_type`` bit patterns."""
     frame = numba.carray(frame_pointer, (_FRAME_WORDS,), np.int64)
-    if frame[1] != 0 and _low32(_words(frame[1], 2)[1]) == _METADATA_EXTENSION:
-        _answer_metadata(frame[1])
+    extension = frame[_FRAME_EXTENSION]
+    if (
+        extension != 0
+        and _low32(_words(extension, _EXTENSION_TYPE + 1)[_EXTENSION_TYPE]) == _METADATA_EXTENSION
+    ):
+        _answer_metadata(extension)
         return _pointer(0)
-    if _low32(frame[4]) != _EXECUTE:
+    if _low32(frame[_FRAME_STAGE]) != _EXECUTE:
         return _pointer(0)
-    arguments = _words(frame[9], 3)
+    arguments = _words(frame[_FRAME_ARGS], 3)
     source = _words(arguments[0], _BUFFER_WORDS)
-    n = _words(source[5], 1)[0]
-    values = numba.carray(_pointer(source[3]), (n,), float_type)
+    n = _words(source[_BUFFER_DIMS], 1)[0]
+    values = numba.carray(_pointer(source[_BUFFER_DATA]), (n,), float_type)
     table = _words(arguments[1], _BUFFER_WORDS)
-    n_formats = _words(table[5], 2)[0]
+    n_formats = _words(table[_BUFFER_DIMS], 2)[0]
     thresholds = np.empty((n_formats, 7), np.int64)
-    thresholds[:] = numba.carray(_pointer(table[3]), (n_formats, 7), int_type)
-    layout = numba.carray(_pointer(_words(arguments[2], _BUFFER_WORDS)[3]), (2,), np.int32)
+    thresholds[:] = numba.carray(_pointer(table[_BUFFER_DATA]), (n_formats, 7), int_type)
+    layout_buffer = _words(arguments[2], _BUFFER_WORDS)
+    layout = numba.carray(_pointer(layout_buffer[_BUFFER_DATA]), (2,), np.int32)
     hist_lo, n_bins = np.int64(layout[0]), np.int64(layout[1])
     counts, moments = summarise(values, hist_lo, n_bins, thresholds)
-    results = _words(frame[14], 2)
+    results = _words(frame[_FRAME_RESULTS], 2)
     counts_out = _words(results[0], _BUFFER_WORDS)
     moments_out = _words(results[1], _BUFFER_WORDS)
-    if _low32(counts_out[2]) == _S64:
-        numba.carray(_pointer(counts_out[3]), (len(counts),), np.int64)[:] = counts
+    counts_to = _pointer(counts_out[_BUFFER_DATA])
+    if _low32(counts_out[_BUFFER_DTYPE]) == _S64:
+        numba.carray(counts_to, (len(counts),), np.int64)[:] = counts
     else:
-        numba.carray(_pointer(counts_out[3]), (len(counts),), np.int32)[:] = counts
-    moments_to = _pointer(moments_out[3])
-    if _low32(moments_out[2]) == _F64:
+        numba.carray(counts_to, (len(counts),), np.int32)[:] = counts
+    moments_to = _pointer(moments_out[_BUFFER_DATA])
+    if _low32(moments_out[_BUFFER_DTYPE]) == _F64:
         numba.carray(moments_to, (10,), np.float64)[:] = moments
     else:
         out = numba.carray(moments_to, (10,), np.int32)

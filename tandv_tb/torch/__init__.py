@@ -1,11 +1,13 @@
 """Numerics tracking for PyTorch training: ``tandv_tb.torch.track``.
 
-Modules: ``tracker`` (``track``, the step cycle), ``hooks`` (module outputs and their
-gradients), ``inputs`` (module inputs and their gradients), ``attaching`` (any tensor in a
-forward), ``parameters`` (weights, weight gradients, optimizer state), ``recorder``
-(statistics started on the tensor's device), ``collect`` (a step's pending statistics),
-``reduce`` (one fetch, calls merged), ``distributed`` (combining ranks), ``watch`` (NaN/Inf
-on every step), ``naming`` and ``skips``.
+Modules: ``tracker`` (``track``, the step cycle), ``options`` (``track``'s options,
+checked), ``hooks`` (module outputs and their gradients), ``inputs`` (module inputs and
+their gradients), ``attaching`` (any tensor in a forward), ``parameters`` (weights, weight
+gradients, optimizer state), ``recorder`` (statistics started on the tensor's device),
+``collect`` (a step's pending statistics), ``reduce`` (one fetch, calls merged),
+``distributed`` (combining ranks), ``watch`` (NaN/Inf on every step), ``naming`` and
+``skips``. What the JAX tracker shares is in ``tandv_tb.tracker_base``,
+``tandv_tb.tracking``, ``tandv_tb.orders`` and ``tandv_tb.leaf_names``.
 """
 
 from tandv_tb.torch.attaching import attach

@@ -17,13 +17,22 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from tandv_tb.orders import Orders
 from tandv_tb.torch import naming
-from tandv_tb.torch.recorder import Orders, Recorder
+from tandv_tb.torch.options import TorchOptions
+from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.watch import Watch
 
 
 def _in_backward() -> bool:
-    """Whether autograd is running a backward pass (a checkpointed forward recomputing)."""
+    """Whether autograd is running a backward pass (a checkpointed forward recomputing).
+
+    Private, pinned by tests/test_private_api_pins.py: torch has no public way to ask.
+    Without it a checkpointed block's activations would be recorded twice, their counts
+    doubled (tests/test_torch_environments.py checks they are not); a call costs about
+    0.4 us (timeit, load 11 on 2 cores, 2026-11-23), once per module output on tracked
+    steps.
+    """
     graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
     return graph_task_id is not None and graph_task_id() != -1
 
@@ -35,12 +44,46 @@ def _eager(function: Callable) -> Callable:
 
 
 class HookHandles:
-    """The hooks a set of hooks put on: on modules for its life, on leaf tensors for a step
-    (their gradient hooks outlive the step's graph)."""
+    """What both sets of module hooks (outputs, inputs) share: the options they record
+    with, every module by its name, and the hooks they put on: on modules for their life,
+    on leaf tensors for a step (their gradient hooks outlive the step's graph)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        root: nn.Module,
+        recorder: Recorder,
+        active: Callable[[], bool],
+        options: TorchOptions,
+        orders: Orders,
+        watch: Watch | None = None,
+    ) -> None:
         self._handles: list = []
         self._leaf_handles: list = []
+        self._recorder = recorder
+        self._active = active
+        self._options = options
+        self._selected = options.selected
+        self._gradients = options.track_gradients
+        self._only_training = options.only_training
+        self._orders = orders
+        self._watch = watch
+        label = naming.root_name(root)
+        modules = [(path or label, module) for path, module in naming.named_modules(root)]
+        self._paths = {name for name, _ in modules}
+        for name, module in modules:
+            handle = self._hook(name, naming.module_type(module), module)
+            if handle is not None:
+                self._handles.append(handle)
+
+    def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
+        """Put this set's hook on ``module``; its handle (None for no hook)."""
+        raise NotImplementedError
+
+    def _hook_gradient(self, tensor: torch.Tensor, hook: Callable) -> None:
+        """Call ``hook`` with ``tensor``'s gradient (this step only, for a leaf tensor)."""
+        handle = tensor.register_hook(hook)
+        if tensor.grad_fn is None:
+            self._leaf_handles.append(handle)
 
     def end_step(self) -> None:
         """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
@@ -58,40 +101,11 @@ class HookHandles:
 class ModuleHooks(HookHandles):
     """Forward hooks on every module of a model; ``remove`` takes them all off."""
 
-    def __init__(
-        self,
-        root: nn.Module,
-        recorder: Recorder,
-        *,
-        active: Callable[[], bool],
-        selected: Callable[[str], bool],
-        activations: bool,
-        gradients: bool,
-        only_training: bool,
-        watch: Watch | None = None,
-    ) -> None:
-        super().__init__()
-        self._recorder = recorder
-        self._watch = watch
-        self._active = active
-        self._selected = selected
-        self._activations = activations
-        self._gradients = gradients
-        self._only_training = only_training
-        self._orders = Orders()
-        self._paths: set[str] = set()
-        if not (activations or gradients):
-            return
-        label = naming.root_name(root)
-        for path, module in naming.named_modules(root):
-            self._paths.add(path or label)
-            hook = functools.partial(self._on_forward, path or label, naming.module_type(module))
-            self._handles.append(module.register_forward_hook(hook))
-
-    @property
-    def orders(self) -> Orders:
-        """The order of every recorded name, by first execution (shared with inputs)."""
-        return self._orders
+    def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
+        if not (self._options.track_activations or self._gradients):
+            return None
+        hook = functools.partial(self._on_forward, name, module_type)
+        return module.register_forward_hook(hook)
 
     def record_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
         """Record ``tensor`` as a module output now (``attach``)."""
@@ -114,12 +128,10 @@ class ModuleHooks(HookHandles):
         for leaf, tensor in self._output_tensors(name, output):
             if not self._selected(leaf):
                 continue
-            if self._activations and not recomputed:
+            if self._options.track_activations and not recomputed:
                 self._watch.check(leaf, "Activation", tensor)
             if self._gradients and tensor.requires_grad:
-                handle = tensor.register_hook(functools.partial(self._watch_gradient, leaf))
-                if tensor.grad_fn is None:
-                    self._leaf_handles.append(handle)
+                self._hook_gradient(tensor, functools.partial(self._watch_gradient, leaf))
 
     def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
         self._watch.check(name, "Gradient", grad)
@@ -133,14 +145,12 @@ class ModuleHooks(HookHandles):
         for leaf, tensor in self._output_tensors(name, output):
             if not self._selected(leaf):
                 continue
-            order = self._orders(leaf)
-            if self._activations and not recomputed:
+            order = self._orders.module(leaf)
+            if self._options.track_activations and not recomputed:
                 self._recorder.record(leaf, "Activation", module_type, order, tensor)
             if self._gradients and tensor.requires_grad:
                 hook = functools.partial(self._on_gradient, leaf, module_type, order)
-                handle = tensor.register_hook(hook)
-                if tensor.grad_fn is None:
-                    self._leaf_handles.append(handle)
+                self._hook_gradient(tensor, hook)
 
     def _output_tensors(self, name: str, output: object) -> list[tuple[str, torch.Tensor]]:
         """``naming.output_tensors``; where one of the names is also a module's (``seq.1``

@@ -17,46 +17,21 @@ NaN/Inf (not inside ``torch.compile``d code), as ``hooks`` does for outputs.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn
 
 from tandv_tb.torch import naming
 from tandv_tb.torch.hooks import HookHandles, _eager, _in_backward
-from tandv_tb.torch.recorder import Orders, Recorder
-from tandv_tb.torch.watch import Watch
 
 
 class InputHooks(HookHandles):
     """Forward pre-hooks on every module of a model; ``remove`` takes them all off."""
 
-    def __init__(
-        self,
-        root: nn.Module,
-        recorder: Recorder,
-        orders: Orders,
-        *,
-        active: Callable[[], bool],
-        selected: Callable[[str], bool],
-        gradients: bool,
-        only_training: bool,
-        watch: Watch | None = None,
-    ) -> None:
-        super().__init__()
-        self._recorder = recorder
-        self._watch = watch
-        self._orders = orders
-        self._active = active
-        self._selected = selected
-        self._gradients = gradients
-        self._only_training = only_training
-        label = naming.root_name(root)
-        modules = list(naming.named_modules(root))
-        self._paths = {path or label for path, _ in modules}
-        for path, module in modules:
-            hook = functools.partial(self._on_input, path or label, naming.module_type(module))
-            self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
+        hook = functools.partial(self._on_input, name, module_type)
+        return module.register_forward_pre_hook(hook, with_kwargs=True)
 
     def _on_input(
         self, name: str, module_type: str, module: nn.Module, args: tuple, kwargs: dict
@@ -74,9 +49,7 @@ class InputHooks(HookHandles):
             if not recomputed:
                 self._watch.check(leaf, "Input", tensor)
             if self._gradients and tensor.requires_grad:
-                handle = tensor.register_hook(functools.partial(self._watch_gradient, leaf))
-                if tensor.grad_fn is None:
-                    self._leaf_handles.append(handle)
+                self._hook_gradient(tensor, functools.partial(self._watch_gradient, leaf))
 
     def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
         self._watch.check(name, "Input_Gradient", grad)
@@ -94,14 +67,12 @@ class InputHooks(HookHandles):
     def _record_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
         recomputed = _in_backward()  # a checkpointed forward, recorded the first time
         for leaf, tensor in self._floating_inputs(name, args, kwargs):
-            order = self._orders(("Input", leaf))
+            order = self._orders.module(("Input", leaf))
             if not recomputed:
                 self._recorder.record(leaf, "Input", module_type, order, tensor)
             if self._gradients and tensor.requires_grad:
                 hook = functools.partial(self._on_gradient, leaf, module_type, order)
-                handle = tensor.register_hook(hook)
-                if tensor.grad_fn is None:
-                    self._leaf_handles.append(handle)
+                self._hook_gradient(tensor, hook)
 
     def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
         if self._active():

@@ -8,6 +8,8 @@ from collections.abc import Iterator, Mapping
 import torch
 from torch import nn
 
+from tandv_tb.leaf_names import named_leaves
+
 #: Attributes through which wrappers (DDP, FSDP, torch.compile, activation checkpointing)
 #: hold the module they wrap; they add nothing to a name.
 _WRAPPED_ATTRIBUTES = ("_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")
@@ -79,22 +81,14 @@ def named_parameters(root: nn.Module) -> Iterator[tuple[str, nn.Parameter, nn.Mo
             yield (f"{path}.{attribute}" if path else attribute), parameter, module
 
 
-def output_tensors(output: object, name: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(name, tensor)`` for every tensor in a module's output.
+def _is_tensor(value: object) -> bool:
+    return isinstance(value, torch.Tensor)
 
-    A single tensor keeps ``name``. The leaves of a tuple or list, nested ones flattened
-    depth-first, are ``name``, ``name.1``, ``name.2``, ... by position (a ``None`` keeps its
-    number and yields nothing: an LSTM's ``(out, (h, c))`` gives ``name``, ``name.1``,
-    ``name.2``); the values of a dict are ``name.<key>``. Non-tensor leaves yield nothing.
-    """
-    if isinstance(output, torch.Tensor):
-        yield name, output
-    elif isinstance(output, Mapping):
-        for key, item in output.items():
-            yield from output_tensors(item, f"{name}.{key}")
-    elif isinstance(output, (tuple, list)):
-        for index, leaf in enumerate(_sequence_leaves(output)):
-            yield from output_tensors(leaf, name if index == 0 else f"{name}.{index}")
+
+def output_tensors(output: object, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` for every tensor in a module's output, named by
+    ``tandv_tb.leaf_names`` (``name``, ``name.1``, ... in a tuple; ``name.<key>`` in a dict)."""
+    return named_leaves(output, name, _is_tensor)
 
 
 def input_tensors(args: tuple, kwargs: Mapping, name: str) -> Iterator[tuple[str, torch.Tensor]]:
@@ -113,12 +107,3 @@ def distinct_names(
         return leaves
     cut = len(name) + 1
     return [(f"{name}[{leaf[cut:]}]" if leaf != name else leaf, t) for leaf, t in leaves]
-
-
-def _sequence_leaves(sequence: tuple | list) -> Iterator[object]:
-    """The items of nested tuples and lists, depth-first (dicts count as one item)."""
-    for item in sequence:
-        if isinstance(item, (tuple, list)):
-            yield from _sequence_leaves(item)
-        else:
-            yield item

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -17,20 +17,6 @@ try:
     from torch.distributed.tensor import DTensor
 except ImportError:  # a build without distributed support
     DTensor = None
-
-
-class Orders:
-    """Positions by first sight: the ``order`` of each key (a name, or a name and the tensor
-    type when types of one name are placed apart), stable across steps."""
-
-    def __init__(self) -> None:
-        self._orders: dict[Hashable, int] = {}
-
-    def __call__(self, key: Hashable) -> int:
-        order = self._orders.get(key)
-        if order is None:
-            order = self._orders[key] = len(self._orders)
-        return order
 
 
 class Recorder:

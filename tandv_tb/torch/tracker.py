@@ -10,25 +10,20 @@ import torch
 from torch import nn
 
 from tandv_tb.disk.nonfinite import entries_from_stats
-from tandv_tb.stats.engine import check_formats
+from tandv_tb.orders import Orders
 from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.distributed import RankCombiner, is_distributed
 from tandv_tb.torch.hooks import ModuleHooks
 from tandv_tb.torch.inputs import InputHooks
+from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.reduce import fetch_merged
 from tandv_tb.torch.skips import UntrackableTensorWarning
 from tandv_tb.torch.watch import Watch, across_ranks
-from tandv_tb.tracking import (
-    Patterns,
-    Selection,
-    SkipLog,
-    check_every,
-    default_logdir,
-    is_tracked_step,
-)
-from tandv_tb.writer import NumericsWriter, RecordItem
+from tandv_tb.tracker_base import TrackerBase
+from tandv_tb.tracking import Patterns, SkipLog
+from tandv_tb.writer import RecordItem
 
 #: Modules that open trackers hook, with how many trackers hook each.
 _HOOKED: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
@@ -40,104 +35,40 @@ def is_tracked(module: nn.Module) -> bool:
     return any(m in _HOOKED for m in module.modules())
 
 
-class Tracker:
+class Tracker(TrackerBase):
     """Tracks one model's numerics; made by ``track``, which describes the options."""
 
-    def __init__(
-        self,
-        module: nn.Module,
-        *,
-        logdir: str | os.PathLike | None,
-        writer: object,
-        optimizer: torch.optim.Optimizer | None,
-        every: int,
-        include: Patterns,
-        exclude: Patterns,
-        track_activations: bool,
-        track_gradients: bool,
-        track_weights: bool,
-        track_optimizer: bool,
-        track_inputs: bool,
-        formats: Sequence[str],
-        only_training: bool,
-        init_step: int,
-        per_rank: bool,
-        process_group: object,
-        watch_nonfinite: bool,
-    ) -> None:
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"track needs a torch.nn.Module, got {type(module).__name__}")
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(
-                f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-            )
-        if isinstance(init_step, bool) or not isinstance(init_step, int) or init_step < 0:
-            raise ValueError(f"init_step must be an int >= 0, got {init_step!r}")
-        if not isinstance(watch_nonfinite, bool):
-            raise TypeError(f"watch_nonfinite must be a bool, got {watch_nonfinite!r}")
-        self._every = check_every(every)
-        self._step = init_step
-        self._selected = Selection(include, exclude)
-        self._track_weights = track_weights
-        self._track_optimizer = track_optimizer
-        formats = check_formats(formats)
+    def __init__(self, module: nn.Module, options: TorchOptions) -> None:
+        super().__init__(options)
+        self._selected = options.selected
+        self._track_weights = options.track_weights
+        self._track_optimizer = options.track_optimizer
+        formats = options.formats
 
-        rank = torch.distributed.get_rank(process_group) if is_distributed() else 0
-        combined = is_distributed() and not per_rank
-        self._combiner = RankCombiner(formats, process_group) if combined else None
-        self._writer = None
+        distributed = is_distributed()
+        rank = torch.distributed.get_rank(options.process_group) if distributed else 0
+        combined = distributed and not options.per_rank
+        self._combiner = RankCombiner(formats, options.process_group) if combined else None
         if not combined or rank == 0:
-            if writer is None:
-                logdir = default_logdir() if logdir is None else os.fspath(logdir)
-                if per_rank and is_distributed():
-                    logdir = os.path.join(logdir, f"rank{rank}")
-            self._writer = NumericsWriter(
-                None if writer is not None else logdir, writer=writer, formats=formats
-            )
+            self._open_writer(f"rank{rank}" if options.per_rank and distributed else None)
         skips = SkipLog(UntrackableTensorWarning)
         self._recorder = Recorder(formats, skips, replicated=self._writer is not None)
-        self._parameters = Parameters(module, optimizer)
-        self._watch = Watch(replicated=self._writer is not None) if watch_nonfinite else None
-        self._tripped = False  # whether the watch found NaN/Inf in the last step
-        self._active = is_tracked_step(self._step, self._every)
-        self._closed = False
-        self._hooks = ModuleHooks(
-            module,
-            self._recorder,
-            active=lambda: self._active,
-            selected=self._selected,
-            activations=track_activations,
-            gradients=track_gradients,
-            only_training=only_training,
-            watch=self._watch,
-        )
+        self._parameters = Parameters(module, options.optimizer)
+        watch = Watch(replicated=self._writer is not None) if options.watch_nonfinite else None
+        self._watch = watch
+        active = self._tracking_now
+        orders = Orders()
+        self._hooks = ModuleHooks(module, self._recorder, active, options, orders, watch)
         self._modules = list(module.modules())
         for hooked in self._modules:
             _HOOKED[hooked] = _HOOKED.get(hooked, 0) + 1
         self._inputs = None
-        if track_inputs:
-            self._inputs = InputHooks(
-                module,
-                self._recorder,
-                self._hooks.orders,
-                active=lambda: self._active,
-                selected=self._selected,
-                gradients=track_gradients,
-                only_training=only_training,
-                watch=self._watch,
-            )
-        self._attachments = Attachments(module, self._hooks.record_tensor, skips, only_training)
+        if options.track_inputs:
+            self._inputs = InputHooks(module, self._recorder, active, options, orders, self._watch)
+        self._attachments = Attachments(
+            module, self._hooks.record_tensor, skips, options.only_training
+        )
         self._attachments.set_active(self._active)
-
-    @property
-    def current_step(self) -> int:
-        """The step that what is recorded now is written at."""
-        return self._step
-
-    @property
-    def logdir(self) -> str | None:
-        """Where this process writes (``None`` on ranks that do not write)."""
-        return None if self._writer is None else self._writer.logdir
 
     def step(self, next_step: int | None = None) -> None:
         """End the current training step: call it once per step, after ``optimizer.step()``.
@@ -150,8 +81,7 @@ class Tracker:
         default ``current_step + 1``), so that a trainer whose step counter jumps keeps the
         tracker's numbers equal to its own.
         """
-        if self._closed:
-            raise RuntimeError("this tracker is closed")
+        self._check_open()
         if next_step is None:
             next_step = self._step + 1
         elif isinstance(next_step, bool) or not isinstance(next_step, int):
@@ -165,10 +95,7 @@ class Tracker:
             tripped = self._finish_step()
         else:
             tripped = self._watch is not None and self._watched_step()
-        self._step = next_step
-        onset = tripped and not self._tripped
-        self._tripped = tripped
-        self._active = onset or is_tracked_step(self._step, self._every)
+        self._advance(next_step, tripped)
         self._attachments.set_active(self._active)
 
     def _watched_step(self) -> bool:
@@ -221,23 +148,9 @@ class Tracker:
             return []
         return entries_from_stats((e.name, e.tensor_type, s) for e, s in results)
 
-    def flush(self) -> None:
-        """Write everything recorded so far to disk."""
-        if self._writer is not None:
-            self._writer.flush()
-
-    def close(self) -> None:
-        """Remove every hook, write what the current step has recorded, flush.
-
-        In a combined distributed run a step that was not ended by ``step()`` is dropped
-        (ending it would need every rank). Closing twice is fine.
-        """
-        self._end(keep_pending=True)
-
-    def _end(self, keep_pending: bool) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _detach(self) -> None:
+        """Remove every hook. In a combined distributed run a step not ended by ``step()``
+        is dropped at ``close`` (ending it would need every rank)."""
         self._hooks.remove()
         for hooked in self._modules:
             if _HOOKED.get(hooked, 0) > 1:
@@ -247,19 +160,15 @@ class Tracker:
         self._attachments.set_active(False)
         if self._inputs is not None:
             self._inputs.remove()
-        try:
-            if keep_pending and self._combiner is None and len(self._recorder.buffer):
-                self._finish_step()
-        finally:
-            self._recorder.drain()
-            if self._writer is not None:
-                self._writer.close()
 
-    def __enter__(self) -> Tracker:
-        return self
+    def _pending(self) -> bool:
+        return self._combiner is None and len(self._recorder.buffer) > 0
 
-    def __exit__(self, exc_type: object, *exc_info: object) -> None:
-        self._end(keep_pending=exc_type is None)
+    def _write_pending(self) -> None:
+        self._finish_step()
+
+    def _discard_pending(self) -> None:
+        self._recorder.drain()
 
 
 def _unzip(pairs: Iterable[tuple]) -> tuple[list, list]:
@@ -341,6 +250,11 @@ def track(
       those of eager mode.
     - With activation checkpointing, the recomputed forward is not recorded again.
     - A model's modules are the ones it holds when ``track`` is called.
+    - The options are checked once, as a ``tandv_tb.torch.options.TorchOptions``: a bad
+      value raises a ``ValueError`` or ``TypeError`` naming its keyword before anything is
+      hooked or written.
     """
     options = dict(locals())
-    return Tracker(options.pop("module"), **options)
+    if not isinstance(options.pop("module"), nn.Module):
+        raise TypeError(f"track needs a torch.nn.Module, got {type(module).__name__}")
+    return Tracker(module, TorchOptions(**options))

@@ -1,9 +1,10 @@
 """The ``order`` of tracked tensors: where each sits in the model, stable across steps.
 
-Module outputs are ordered by first execution. Parameters (and their gradients and
-optimizer state) follow the first execution of the module owning them, then their names
-in natural order (``Dense_2`` before ``Dense_10``); jax sorts dict keys, so the pytrees
-themselves no longer tell the order the parameters were created in.
+Module outputs (and inputs, and attached tensors) are ordered by first execution, in both
+trackers. PyTorch numbers parameters by registration; in JAX (``parameters``) they follow
+the first execution of the module owning them, then their names in natural order
+(``Dense_2`` before ``Dense_10``): jax sorts dict keys, so the pytrees themselves no longer
+tell the order the parameters were created in.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class Orders:
         self._parameters: dict[str, int] = {}
 
     def module(self, key: Hashable) -> int:
-        """The order of a module output's name (or of another key placed among them)."""
+        """The order of a module output's name (or of another key placed among them: an
+        input's ``("Input", name)``), by first sight."""
         return self._modules.setdefault(key, len(self._modules))
 
     def parameters(self, names: Iterable[str]) -> dict[str, int]:

@@ -1,0 +1,193 @@
+"""The private APIs of other libraries that tandv_tb still uses, pinned: each test fails,
+naming the library and its version, when an upgrade changes what tandv_tb relies on.
+
+Why each one stays (and what it buys) is written where it is used:
+``tandv_tb.writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.torch.hooks``
+(``torch._C._current_graph_task_id``), ``tandv_tb.jax.compiled`` (``_jit_info`` of
+``jax.jit``, the attributes of ``nnx.jit``'s wrappers) and ``tandv_tb.stats._xla_cpu``
+(XLA FFI structures read at fixed offsets).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+import tensorboardX
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+
+def _changed(library: str, version: str, what: str) -> str:
+    return f"{library} {version} changed {what}: see the comment where tandv_tb uses it"
+
+
+# ---------------------------------------------------------------- SummaryWriter
+
+
+@pytest.mark.parametrize("kind", ["torch", "tensorboardX"])
+def test_summary_writers_hand_out_their_file_writer_and_reopen_it(tmp_path, kind):
+    if kind == "torch":
+        user, version = SummaryWriter(tmp_path), torch.__version__
+    else:
+        user, version = tensorboardX.SummaryWriter(tmp_path), tensorboardX.__version__
+    message = _changed(kind, version, "SummaryWriter._get_file_writer()")
+    assert callable(getattr(user, "_get_file_writer", None)), message
+    file_writer = user._get_file_writer()
+    assert callable(getattr(file_writer, "add_summary", None)), message
+    assert pathlib.Path(file_writer.get_logdir()) == tmp_path, message
+    user.close()
+    reopened = user._get_file_writer()  # as the writer's own add_* methods do after close
+    assert reopened is not None and callable(reopened.add_summary), message
+    user.close()
+
+
+# ---------------------------------------------------------------- torch autograd
+
+
+def test_torch_tells_a_forward_run_inside_a_backward_pass():
+    message = _changed("torch", torch.__version__, "torch._C._current_graph_task_id")
+    assert callable(getattr(torch._C, "_current_graph_task_id", None)), message
+    assert torch._C._current_graph_task_id() == -1, message
+    seen = []
+    x = torch.ones(2, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda grad: seen.append(torch._C._current_graph_task_id()))
+    y.sum().backward()
+    assert len(seen) == 1 and seen[0] != -1, message
+
+
+# ---------------------------------------------------------------- jax.jit and nnx.jit
+
+
+def test_jax_jit_keeps_its_function_and_options():
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    from tandv_tb.jax.compiled import _ARGUMENT_OPTIONS, unwrap
+
+    message = _changed("jax", jax.__version__, "what jax.jit keeps (_jit_info, __wrapped__)")
+
+    def f(x, n):
+        return x * n
+
+    jitted = jax.jit(f, static_argnums=(1,), donate_argnums=(0,))
+    info = getattr(jitted, "_jit_info", None)
+    assert info is not None and jitted.__wrapped__ is f, message
+    used = (
+        *_ARGUMENT_OPTIONS,
+        "in_layouts_leaves",
+        "out_layouts_leaves",
+        "user_specified_in_shardings",
+        "in_shardings_treedef",
+        "in_shardings_leaves",
+        "out_shardings_treedef",
+        "out_shardings_leaves",
+        "device",
+        "backend",
+        "compiler_options_kvs",
+    )
+    missing = [name for name in used if not hasattr(info, name)]
+    assert not missing, f"{message}: no {missing}"
+    unwrapped = unwrap(jitted)
+    assert unwrapped.fun is f, message
+    assert unwrapped.options["static_argnums"] == (1,), message
+    assert unwrapped.options["donate_argnums"] == (0,), message
+    assert "out_shardings" not in unwrapped.options, message  # unspecified is recognised
+    sharding = SingleDeviceSharding(jax.devices()[0])
+    with_sharding = unwrap(jax.jit(f, static_argnums=(1,), out_shardings=sharding))
+    assert with_sharding.options["out_shardings"] == (sharding, None), message
+
+
+def test_nnx_jit_wrappers_keep_their_function_and_options():
+    import flax
+    from flax import nnx
+
+    from tandv_tb.jax.compiled import unwrap
+
+    message = _changed("flax", flax.__version__, "the attributes of nnx.jit's wrapper")
+
+    def f(model, x, n):
+        return model(x) * n
+
+    jitted = nnx.jit(f, static_argnums=(2,))
+    assert type(jitted).__name__ in ("JitWrapped", "SimpleJitWrapped"), message
+    for name in ("fun", "jitted_fn", "in_shardings", "out_shardings"):
+        assert hasattr(jitted, name), f"{message}: no {name}"
+    assert hasattr(jitted.jitted_fn, "_jit_info"), message
+    unwrapped = unwrap(jitted)
+    assert unwrapped.flavour == "nnx" and unwrapped.fun is f, message
+    assert unwrapped.options["static_argnums"] == (2,), message
+
+
+# ---------------------------------------------------------------- XLA FFI structures
+
+_OFFSETS_C = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include "xla/ffi/api/c_api.h"
+#define W(x) ((long)(x) / 8)
+#define I(x) ((long)(x) / 4)
+int main(void) {
+  printf("_API_MAJOR %d\n", XLA_FFI_API_MAJOR);
+  printf("_API_MINOR %d\n", XLA_FFI_API_MINOR);
+  printf("_METADATA_EXTENSION %d\n", (int)XLA_FFI_Extension_Metadata);
+  printf("_EXECUTE %d\n", (int)XLA_FFI_ExecutionStage_EXECUTE);
+  printf("_S64 %d\n", (int)XLA_FFI_DataType_S64);
+  printf("_F64 %d\n", (int)XLA_FFI_DataType_F64);
+  printf("_EXTENSION_TYPE %ld\n", W(offsetof(XLA_FFI_Extension_Base, type)));
+  printf("_EXTENSION_METADATA %ld\n", W(offsetof(XLA_FFI_Metadata_Extension, metadata)));
+  printf("_FRAME_EXTENSION %ld\n", W(offsetof(XLA_FFI_CallFrame, extension_start)));
+  printf("_FRAME_STAGE %ld\n", W(offsetof(XLA_FFI_CallFrame, stage)));
+  printf("_FRAME_ARGS %ld\n",
+         W(offsetof(XLA_FFI_CallFrame, args) + offsetof(XLA_FFI_Args, args)));
+  printf("_FRAME_RESULTS %ld\n",
+         W(offsetof(XLA_FFI_CallFrame, rets) + offsetof(XLA_FFI_Rets, rets)));
+  printf("_BUFFER_DTYPE %ld\n", W(offsetof(XLA_FFI_Buffer, dtype)));
+  printf("_BUFFER_DATA %ld\n", W(offsetof(XLA_FFI_Buffer, data)));
+  printf("_BUFFER_DIMS %ld\n", W(offsetof(XLA_FFI_Buffer, dims)));
+  printf("_BUFFER_WORDS %ld\n", W(sizeof(XLA_FFI_Buffer)));
+  printf("_METADATA_VERSION_SIZE %ld\n",
+         I(offsetof(XLA_FFI_Metadata, api_version) + offsetof(XLA_FFI_Api_Version, struct_size)));
+  printf("_METADATA_MAJOR %ld\n",
+         I(offsetof(XLA_FFI_Metadata, api_version) + offsetof(XLA_FFI_Api_Version, major_version)));
+  printf("_METADATA_MINOR %ld\n",
+         I(offsetof(XLA_FFI_Metadata, api_version) + offsetof(XLA_FFI_Api_Version, minor_version)));
+  printf("_METADATA_TRAITS %ld\n", I(offsetof(XLA_FFI_Metadata, traits)));
+  printf("_VERSION_BYTES %ld\n", (long)sizeof(XLA_FFI_Api_Version));
+  return 0;
+}
+"""
+
+
+def test_the_xla_ffi_structures_are_where_the_handler_reads_them(tmp_path):
+    """Compiles a C program against jax's own ``c_api.h`` that prints every offset and
+    enumeration value ``_xla_cpu``'s handler uses, and compares."""
+    import jax
+    import jaxlib
+
+    from tandv_tb.stats import _xla_cpu
+
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        pytest.skip("no C compiler to read jax's FFI header with")
+    source, program = tmp_path / "offsets.c", tmp_path / "offsets"
+    source.write_text(_OFFSETS_C)
+    subprocess.run(
+        [compiler, f"-I{jax.ffi.include_dir()}", str(source), "-o", str(program)],
+        check=True,
+        capture_output=True,
+    )
+    printed = subprocess.run([str(program)], check=True, capture_output=True, text=True).stdout
+    header = {name: int(value) for name, value in (line.split() for line in printed.splitlines())}
+    frame_read = (_xla_cpu._FRAME_EXTENSION, _xla_cpu._FRAME_STAGE, _xla_cpu._FRAME_ARGS)
+    last_read = max(*frame_read, _xla_cpu._FRAME_RESULTS)
+    assert last_read < _xla_cpu._FRAME_WORDS, "the handler's view of the frame is too short"
+    read = {name: getattr(_xla_cpu, name) for name in header}
+    changed = {name: (read[name], header[name]) for name in header if read[name] != header[name]}
+    assert not changed, (
+        f"jaxlib {jaxlib.__version__}'s XLA FFI header (xla/ffi/api/c_api.h) moved what "
+        f"tandv_tb.stats._xla_cpu reads (ours, the header's): {changed}"
+    )
