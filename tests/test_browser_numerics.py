@@ -26,6 +26,7 @@ from tests.browser_helpers import (  # noqa: E402
     ARTIFACTS,
     TIMEOUT_MS,
     Tab,
+    heatmap_bench_script,
     open_tab,
     reopen,
     serve,
@@ -308,11 +309,11 @@ def test_state_survives_a_reload_and_csv_export_works(tab, tensorboard):
     assert lines[0].startswith("layer,") and len(lines) == 1 + len(LAYERS)
 
 
-def test_heatmap_of_800_by_1000_cells_draws_fast(tab):
-    timing = tab.frame.evaluate(
-        "async () => (await import(new URL('static/index.js', document.baseURI).href))"
-        ".benchHeatmap(800, 1000)"
-    )
+def test_heatmap_of_800_by_1000_cells_draws_fast(tab, tmp_path):
+    shipped = Path(__file__).parent.parent / "tandv_tb" / "static" / "index.js"
+    assert "hoverP95Ms" not in shipped.read_text(), "the benchmark ships in the user's bundle"
+    bench = heatmap_bench_script(tmp_path)
+    timing = tab.frame.evaluate(f"{bench}\n;tandvBench.benchHeatmap(800, 1000)")
     print("heatmap timing:", timing)
     assert timing["rows"] == 800 and timing["columns"] == 1000
     # Best of 5 draws and the 95th percentile of 200 hovers: robust to a busy machine.
@@ -324,7 +325,7 @@ def test_reload_shows_new_steps_of_a_running_training(tab, logdir):
     before = tab.frame.locator(".tv-heatmap").get_attribute("data-columns")
     assert before == str(len(STEPS))
     write_logdir(logdir, runs=("alpha",), steps=(40, 42, 44))
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
     while time.monotonic() < deadline:
         tab.page.locator("app-header-reload .reload-button").click()
         try:

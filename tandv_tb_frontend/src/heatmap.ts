@@ -21,7 +21,7 @@ import {
   zoom,
   zoomIdentity,
 } from "d3-zoom";
-import type { HeatmapResponse, MetricInfo } from "./api";
+import type { HeatmapColumn, HeatmapResponse, MetricInfo } from "./api";
 import { type CellScale, cellScale, SPECIAL, SPECIAL_PACKED } from "./colors";
 import { h, replaceChildren } from "./dom";
 import { formatValue } from "./numbers";
@@ -430,8 +430,8 @@ export class Heatmap {
     const missing = value.missing[cell.column] === 1;
     const steps =
       column.first_step === column.last_step
-        ? `step ${column.first_step}`
-        : `steps ${column.first_step}–${column.last_step} (${column.count} recorded, ${data.reduce})`;
+        ? `step ${columnStep(column)}`
+        : `step ${columnStep(column)} (column of steps ${column.first_step}–${column.last_step}: ${column.count} recorded, ${data.reduce})`;
     const name =
       row.kind === "group" ? `${row.key}.* (max of ${row.indices.length} layers)` : row.key;
     const exact = row.indices.every((index) => data.exact[index]);
@@ -444,6 +444,7 @@ export class Heatmap {
         }${exact ? "" : " (estimated)"}`,
       }),
     );
+    this.tooltip.dataset.step = String(columnStep(column));
     this.tooltip.style.display = "block";
     // Placed without measuring it (no forced layout): flip to the pointer's other side
     // near the window's right or bottom edge.
@@ -481,7 +482,7 @@ export class Heatmap {
       this.events.toggle(row.key);
       return;
     }
-    this.events.select(row.key, data.columns[cell.column].step);
+    this.events.select(row.key, columnStep(data.columns[cell.column]));
   }
 
   private clickLabel(event: MouseEvent): void {
@@ -537,4 +538,12 @@ export class Heatmap {
     this.hoverCol.style.transform = `translateX(${left}px)`;
     this.hoverCol.style.width = `${Math.max(1, this.columnLeft(column + 1) - left)}px`;
   }
+}
+
+/**
+ * The step a column stands for: the server's ``step`` (its first recorded step). The tooltip
+ * names it and a click opens it, so what the user reads is what opens.
+ */
+export function columnStep(column: HeatmapColumn): number {
+  return column.step;
 }
