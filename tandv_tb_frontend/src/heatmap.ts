@@ -318,6 +318,7 @@ export class Heatmap {
     const { k, x } = this.transform;
     this.canvas.style.transform = k === 1 && x === 0 ? "" : `translateX(${x}px) scaleX(${k})`;
     this.box = null;
+    this.hovered = null;
     this.renderAxis(width);
   }
 
@@ -388,6 +389,13 @@ export class Heatmap {
     this.events.zoom([from, to]);
   }
 
+  /**
+   * The cell the tooltip names; a click opens it. (Recomputing the cell from the click's
+   * coordinates could name the neighbouring column: Chromium rounds a click's position
+   * to whole pixels, not a pointer move's, and a column can be a pixel wide.)
+   */
+  private hovered: { row: number; column: number } | null = null;
+
   /** The plot's position, measured once per pointer visit (reading it forces layout). */
   private box: DOMRect | null = null;
   private canvasBox(): DOMRect {
@@ -424,6 +432,7 @@ export class Heatmap {
       this.unhover();
       return;
     }
+    this.hovered = cell;
     const row = this.rows[cell.row];
     const column = data.columns[cell.column];
     const value = this.rowCells[cell.row];
@@ -468,13 +477,14 @@ export class Heatmap {
   }
 
   private unhover(): void {
+    this.hovered = null;
     this.tooltip.style.display = "none";
     this.hoverRow.style.display = "none";
     this.hoverCol.style.display = "none";
   }
 
   private click(event: MouseEvent): void {
-    const cell = this.cellAt(event);
+    const cell = this.hovered ?? this.cellAt(event);
     const data = this.data;
     if (!cell || !data) return;
     const row = this.rows[cell.row];
