@@ -4,7 +4,6 @@ click on the same spot opens, on a run whose columns each hold several recorded 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,15 +51,15 @@ def test_hovered_step_is_the_step_a_click_opens(browser, tensorboard):
         tab.label("decoder").click()
         tab.ready("histogram")
         tab.frame.wait_for_function(
-            """() => {
+            """steps => {
               const card = document.querySelector('[data-card="heatmap"]');
               const plot = document.querySelector(".tv-heatmap");
               const canvas = document.querySelector("canvas.tv-heatmap-canvas");
               const wanted = Math.max(50, canvas.parentElement.clientWidth);
               return card.dataset.state === "ready" && !card.classList.contains("tv-loading")
-                && Number(plot.dataset.columns) === Math.min(wanted, %d);
-            }"""
-            % STEPS
+                && Number(plot.dataset.columns) === Math.min(wanted, steps);
+            }""",
+            arg=STEPS,
         )
         canvas = tab.frame.locator("canvas.tv-heatmap-canvas")
         tooltip = tab.frame.locator(".tv-tooltip")
