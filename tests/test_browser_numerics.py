@@ -174,6 +174,17 @@ def test_tab_opens_with_layer_rows_in_model_order(tab):
     tab.screenshot("heatmap_dark")
 
 
+def test_every_run_is_ticked_when_the_tab_opens(tab):
+    """As TensorBoard's own dashboards: so the Findings card covers every run (beta's NaN,
+    the runs' divergence) though the heatmap shows the first."""
+    ticked = tab.frame.locator('[data-control="runs"] input:checked')
+    assert ticked.evaluate_all("xs => xs.map(x => x.name)") == [f"runs:{run}" for run in RUNS]
+    assert tab.frame.locator('select[name="heatmapRun"]').input_value() == "alpha"
+    tab.ready("findings")
+    assert tab.frame.locator('.tv-finding[data-kind="nonfinite"][data-run="beta"]').count() > 0
+    assert tab.frame.locator('.tv-finding[data-kind="divergence"]').count() > 0
+
+
 def test_clicking_a_cell_shows_the_histogram_read_frame_gives(tab, logdir):
     tab.click_cell("blocks.0.mlp", 10)
     panel = tab.panel("blocks.0.mlp")
