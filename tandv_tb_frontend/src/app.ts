@@ -80,7 +80,7 @@ export class App {
       catalog = {
         runs: runs.runs,
         scalarRuns: new Set(runs.scalar_runs),
-        tensorTypeOrder: runs.tensor_type_order ?? [],
+        tensorTypes: runs.tensor_types,
         colours: runColors(runs.runs.map((r) => r.run)),
         formats: formats?.formats ?? known?.formats ?? [],
         defaultOverlays: formats?.default_overlays ?? known?.defaultOverlays ?? [],

@@ -9,18 +9,12 @@ import { DEFAULT_STATE } from "./state";
  */
 export const DEFAULT_RUNS = 8;
 
-/** The tensor types of ``runs``, in the server's order (then optimiser states, others). */
+/** The tensor types of ``runs``, in the server's order. */
 export function tensorTypes(catalog: Catalog, runs: string[]): string[] {
   const types = new Set(
     catalog.runs.filter((run) => runs.includes(run.run)).flatMap((run) => run.tensor_types),
   );
-  const order = catalog.tensorTypeOrder;
-  const rank = (type: string) => {
-    const index = order.indexOf(type);
-    if (index >= 0) return index;
-    return type.startsWith("Optimiser_State.") ? order.length : order.length + 1;
-  };
-  return [...types].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  return catalog.tensorTypes.filter((type) => types.has(type));
 }
 
 /** The fix-ups: every choice made valid against the catalog and the loaded layers. */

@@ -7,8 +7,8 @@ import { DEFAULT_STATE, saveState, type State } from "./state";
 export interface Catalog {
   runs: RunInfo[];
   scalarRuns: Set<string>;
-  /** The server's order of the tensor types (its single source: ``metadata.TENSOR_TYPES``). */
-  tensorTypeOrder: string[];
+  /** Every run's tensor types, in the server's dashboard order (the one place it is decided). */
+  tensorTypes: string[];
   colours: Map<string, string>;
   formats: FormatLimits[];
   defaultOverlays: string[];
