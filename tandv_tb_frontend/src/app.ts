@@ -115,10 +115,11 @@ export class App {
     this.root.dataset.state = "ready";
   }
 
+  /** The page changed size: redraw (or refetch) what changed width, and only that. */
   private relayout(): void {
     this.heatmap.relayout();
-    this.histograms.draw();
-    void this.lines.load();
+    this.histograms.resized();
+    this.lines.resized();
   }
 
   /** Re-read colours from CSS after a theme change. */

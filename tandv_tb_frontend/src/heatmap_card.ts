@@ -21,6 +21,8 @@ export class HeatmapCard {
   private autoOpen = new Set<string>();
   /** A layer (of a clicked finding) whose groups open once its heatmap has loaded. */
   private revealLayer = "";
+  /** The plot's width at the last relayout. */
+  private drawnWidth = -1;
 
   constructor(private readonly store: Store) {
     this.heatmap = new Heatmap({
@@ -71,11 +73,13 @@ export class HeatmapCard {
     return null;
   }
 
-  /** Draw again at the new size (more columns are fetched when the plot grew). */
+  /** Draw again if the plot's width changed (more columns are fetched when it grew). */
   relayout(): void {
     const data = this.store.state.heatmapData;
-    if (!data) return;
-    const wanted = Math.min(10000, this.heatmap.plotWidth());
+    const width = this.heatmap.plotWidth();
+    if (!data || width === this.drawnWidth) return;
+    this.drawnWidth = width;
+    const wanted = Math.min(10000, width);
     if (data.columns.length < data.total_steps && wanted !== data.columns.length) {
       void this.load();
     } else {

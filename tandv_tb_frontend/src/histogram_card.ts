@@ -15,6 +15,8 @@ export class HistogramCard {
   private readonly grid = h("div", { class: "tv-hist-grid" });
   private readonly formatColours = new FormatColours();
   private panels: Panel[] = [];
+  /** The grid's width when the panels were last drawn. */
+  private drawnWidth = -1;
   private slider: HTMLInputElement | null = null;
   private stepLabel: HTMLElement | null = null;
 
@@ -30,9 +32,15 @@ export class HistogramCard {
     store.on(["step", "layer"], () => this.syncSlider());
   }
 
+  /** Draw the panels again if the page's new size changed their width. */
+  resized(): void {
+    if (this.grid.clientWidth !== this.drawnWidth) this.draw();
+  }
+
   /** Draw the loaded panels again (new size, new theme). */
   draw(): void {
     const s = this.store.state;
+    this.drawnWidth = this.grid.clientWidth;
     renderHistograms(
       this.grid,
       this.panels,

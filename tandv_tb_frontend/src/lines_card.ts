@@ -27,6 +27,8 @@ export class LinesCard {
   readonly card = new Card("lines", "Over steps");
   readonly charts: LineCharts;
   private readonly grid = h("div", { class: "tv-line-grid" });
+  /** The grid's width when the charts were last fetched (they are drawn that wide). */
+  private loadedWidth = -1;
 
   /** ``hover`` gets the step under the shared crosshair (null when it leaves). */
   constructor(
@@ -63,6 +65,11 @@ export class LinesCard {
     );
   }
 
+  /** Fetch and draw the charts again if the page's new size changed their width. */
+  resized(): void {
+    if (this.grid.clientWidth !== this.loadedWidth) void this.load();
+  }
+
   /** Fetch and draw the charts (also at a new width or theme). */
   async load(): Promise<void> {
     const s = this.store.state;
@@ -70,6 +77,7 @@ export class LinesCard {
     const scalarRuns = s.catalog.scalarRuns;
     const layers = panelLayers(s);
     const signal = this.card.signal("lines");
+    this.loadedWidth = this.grid.clientWidth;
     const width = this.grid.clientWidth || 800;
     const points = Math.max(50, Math.min(2000, Math.floor(width)));
     const work = async () => {
