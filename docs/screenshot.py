@@ -68,9 +68,11 @@ def main(argv: list[str] | None = None) -> None:
         times = frame.evaluate("window.__ready")
         after = times["findings"] - times["drawn"]
         print(f"first load: findings ready {after / 1000:.2f} s after the heatmap ({times})")
-        for run in RUNS:  # tick the torch runs, then untick the run shown by default
-            frame.locator(f'[data-control="runs"] label[data-value="{run}"] input').check()
-        frame.locator('[data-control="runs"] label[data-value="jax/lr_3e-3"] input').uncheck()
+        # The tab opens with every run ticked: keep just the torch runs.
+        runs = frame.locator('[data-control="runs"] label[data-value]')
+        for run in runs.evaluate_all("labels => labels.map(label => label.dataset.value)"):
+            box = frame.locator(f'[data-control="runs"] label[data-value="{run}"] input')
+            box.set_checked(run in RUNS)
         frame.select_option('select[name="heatmapRun"]', RUNS[0])
         frame.wait_for_selector(ready.format("findings"), timeout=120_000)
         overflow = frame.locator(

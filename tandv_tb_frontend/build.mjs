@@ -1,11 +1,32 @@
 // Bundle the Numerics tab into one ES module: `node build.mjs [outdir]`.
 // Deterministic: same sources and lockfile give the same bytes (no timestamps, no paths).
+// `node build.mjs --bench FILE` instead bundles the heatmap benchmark (src/bench.ts) into one
+// classic script that defines `tandvBench.benchHeatmap`; it is never shipped: the browser
+// test evaluates it inside the open tab (tests/browser_helpers.py, heatmap_bench_script).
 import { build } from "esbuild";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
+
+if (process.argv[2] === "--bench") {
+  await build({
+    absWorkingDir: here,
+    entryPoints: ["src/bench.ts"],
+    outfile: resolve(process.argv[3]),
+    bundle: true,
+    format: "iife",
+    globalName: "tandvBench",
+    platform: "browser",
+    target: ["es2020"],
+    minify: true,
+    loader: { ".css": "text" },
+    logLevel: "warning",
+  });
+  process.exit(0);
+}
+
 const outdir = resolve(process.argv[2] ?? resolve(here, "../tandv_tb/static"));
 mkdirSync(outdir, { recursive: true });
 

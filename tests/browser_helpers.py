@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,7 +24,10 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
 ]
 ARTIFACTS = Path(__file__).parent / "artifacts"
-TIMEOUT_MS = 20_000
+#: The longest any wait for a state of the page may take: a ceiling for a loaded machine
+#: (the waits end as soon as the state is reached), never a fixed pause.
+TIMEOUT_MS = 90_000
+FRONTEND = Path(__file__).parent.parent / "tandv_tb_frontend"
 
 
 def free_port() -> int:
@@ -144,6 +148,20 @@ class Tab:
         return found
 
 
+def heatmap_bench_script(folder: Path) -> str:
+    """The heatmap benchmark (``src/bench.ts``), bundled by ``build.mjs --bench`` into a
+    script that defines ``tandvBench.benchHeatmap``; it is kept out of the shipped bundle."""
+    import pytest
+
+    if shutil.which("node") is None:
+        pytest.skip("the heatmap benchmark is bundled with Node.js, which is not installed")
+    if not (FRONTEND / "node_modules" / "esbuild").exists():
+        pytest.fail("the frontend's packages are missing: run `make frontend-deps`")
+    out = folder / "heatmap_bench.js"
+    subprocess.run(["node", "build.mjs", "--bench", str(out)], cwd=FRONTEND, check=True)
+    return out.read_text()
+
+
 def css(text: str) -> str:
     """``text`` escaped for a double-quoted CSS attribute value (backslash, quote and control
     characters, which a CSS string cannot hold as they are)."""
@@ -179,6 +197,7 @@ def open_tab(
     """A fresh browser context (no saved state) on TensorBoard's Numerics tab; fails if
     the page logged an error, threw, or opened a dialog."""
     context = browser.new_context(viewport={"width": 1600, "height": 1200})
+    context.set_default_timeout(timeout_ms)
     page = context.new_page()
     problems: list[str] = []
     watch(page, problems)

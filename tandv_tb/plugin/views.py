@@ -115,7 +115,9 @@ def runs(query: Query) -> dict:
         "runs": listed,
         "scalar_runs": scalar_runs,
         "skipped": skipped,
-        "tensor_type_order": list(metadata.TENSOR_TYPES),
+        "tensor_types": sorted(
+            {t for run in listed for t in run["tensor_types"]}, key=metadata.tensor_type_key
+        ),
     }
 
 

@@ -28,8 +28,8 @@ export interface RunsResponse {
   runs: RunInfo[];
   scalar_runs: string[];
   skipped: Skipped[];
-  /** The fixed tensor types in dashboard order; optimiser states follow them. */
-  tensor_type_order: string[];
+  /** Every run's tensor types together, in dashboard order (the server decides it). */
+  tensor_types: string[];
 }
 export interface LayerInfo {
   layer: string;

@@ -1,7 +1,7 @@
 /**
- * A timing of the real heatmap on a synthetic matrix, exported by the bundle for the
- * browser tests and for anyone curious: ``(await import(".../static/index.js"))
- * .benchHeatmap(800, 1000)``. It draws into a detached-from-view container and removes it.
+ * A timing of the real heatmap on a synthetic matrix. Not part of the shipped bundle:
+ * ``node build.mjs --bench FILE`` makes a script defining ``tandvBench.benchHeatmap``, which
+ * the browser test evaluates in the open tab. It draws into a hidden container and removes it.
  */
 
 import type { HeatmapResponse, MetricInfo } from "./api";

@@ -10,9 +10,6 @@
  * cells together, the step axis stays below), and only the labels in view are in the DOM.
  */
 
-import { axisBottom } from "d3-axis";
-import { format as d3format } from "d3-format";
-import { scaleLinear } from "d3-scale";
 import { select } from "d3-selection";
 import {
   type D3ZoomEvent,
@@ -22,10 +19,18 @@ import {
   zoomIdentity,
 } from "d3-zoom";
 import type { HeatmapResponse, MetricInfo } from "./api";
-import { type CellScale, cellScale, SPECIAL, SPECIAL_PACKED } from "./colors";
+import { type CellScale, cellScale } from "./colors";
 import { h, replaceChildren } from "./dom";
-import { formatValue } from "./numbers";
 import { buildRows, type Row, rowValues } from "./tree";
+import {
+  cellPixels,
+  columnStep,
+  drawAxis,
+  legend,
+  type RowCells,
+  stepScale,
+  tooltipLines,
+} from "./heatmap_draw";
 import { VirtualRows } from "./virtual";
 
 export interface HeatmapEvents {
@@ -64,7 +69,7 @@ export class Heatmap {
   private metric: MetricInfo | null = null;
   private rows: Row[] = [];
   /** Each drawn row's cells (a group's aggregated once, at paint time). */
-  private rowCells: { values: Float64Array; missing: Uint8Array }[] = [];
+  private rowCells: RowCells[] = [];
   private rowHeight = 14;
   private scale: CellScale | null = null;
   private selected: { layer: string; step: number | null } = { layer: "", step: null };
@@ -217,53 +222,9 @@ export class Heatmap {
   }
 
   private renderLegend(): void {
-    const scale = this.scale;
-    const metric = this.metric;
-    const data = this.data;
+    const { scale, metric, data } = this;
     if (!scale || !metric || !data) return;
-    const gradient = h("canvas", { class: "tv-legend-bar", attrs: { width: "256", height: "1" } });
-    const context = gradient.getContext("2d");
-    if (context) {
-      const image = context.createImageData(256, 1);
-      new Uint32Array(image.data.buffer).set(scale.lut);
-      context.putImageData(image, 0, 0);
-    }
-    const ticks = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-    ticks.classList.add("tv-legend-axis");
-    ticks.setAttribute("width", "276");
-    ticks.setAttribute("height", "20");
-    const legendScale = scaleLinear().domain([scale.lo, scale.hi]).range([0, 256]);
-    select(ticks)
-      .append("g")
-      .attr("transform", "translate(10,0)")
-      .call(axisBottom(legendScale).ticks(5).tickSize(4).tickFormat(d3format(".3~g")));
-    const swatch = (colour: string, label: string, key: string) =>
-      h("span", { class: "tv-swatch-item", data: { special: key } }, [
-        h("span", { class: "tv-swatch", attrs: { style: `background:${colour}` } }),
-        label,
-      ]);
-    const reduce = data.columns.some((column) => column.count > 1)
-      ? `, ${data.reduce} per column`
-      : "";
-    replaceChildren(this.legend, [
-      h("div", { class: "tv-legend-title" }, [
-        `${metric.label}${data.format ? ` (${data.format})` : ""}`,
-        h("span", {
-          class: "tv-muted",
-          text: ` · ${data.layers.length} layers × ${data.total_steps} steps in ${data.columns.length} columns${reduce}`,
-        }),
-      ]),
-      h("div", { class: "tv-legend-scale" }, [h("div", {}, [gradient, ticks])]),
-      h("div", { class: "tv-legend-specials" }, [
-        swatch(SPECIAL.nan, "NaN", "nan"),
-        swatch(SPECIAL.posinf, "+Inf", "posinf"),
-        swatch(SPECIAL.neginf, metric.kind === "log2" ? "−Inf (all zero)" : "−Inf", "neginf"),
-        h("span", { class: "tv-swatch-item" }, [
-          h("span", { class: "tv-swatch tv-swatch-missing" }),
-          "no data",
-        ]),
-      ]),
-    ]);
+    replaceChildren(this.legend, legend(data, metric, scale));
   }
 
   /** Paint every cell into the canvas, one pixel per cell. */
@@ -278,27 +239,7 @@ export class Heatmap {
     this.canvas.height = Math.max(1, rows);
     this.rowCells = this.rows.map((row) => rowValues(row, data.values, data.missing, columns));
     if (columns > 0 && rows > 0) {
-      const image = new ImageData(columns, rows);
-      const pixels = new Uint32Array(image.data.buffer);
-      const { lo, hi, lut } = scale;
-      const factor = hi > lo ? 255 / (hi - lo) : 0;
-      for (let r = 0; r < rows; r++) {
-        const { values, missing } = this.rowCells[r];
-        const base = r * columns;
-        for (let c = 0; c < columns; c++) {
-          const value = values[c];
-          let colour: number;
-          if (missing[c]) colour = SPECIAL_PACKED.missing;
-          else if (value === Infinity) colour = SPECIAL_PACKED.posinf;
-          else if (value === -Infinity) colour = SPECIAL_PACKED.neginf;
-          else if (value !== value) colour = SPECIAL_PACKED.nan;
-          else {
-            const index = Math.round((value - lo) * factor);
-            colour = lut[index < 0 ? 0 : index > 255 ? 255 : index];
-          }
-          pixels[base + c] = colour;
-        }
-      }
+      const image = cellPixels(this.rowCells, columns, scale);
       this.canvas.getContext("2d")?.putImageData(image, 0, 0);
     }
     this.place();
@@ -318,6 +259,7 @@ export class Heatmap {
     const { k, x } = this.transform;
     this.canvas.style.transform = k === 1 && x === 0 ? "" : `translateX(${x}px) scaleX(${k})`;
     this.box = null;
+    this.hovered = null;
     this.renderAxis(width);
   }
 
@@ -334,27 +276,7 @@ export class Heatmap {
     if (!data || data.columns.length === 0) return;
     const columns = data.columns;
     const [first, last] = this.visibleColumns(width);
-    const stepAt = (position: number) => {
-      const index = Math.min(columns.length - 1, Math.max(0, Math.floor(position)));
-      const column = columns[index];
-      const span = column.last_step + 1 - column.first_step;
-      return column.first_step + span * Math.min(1, Math.max(0, position - index));
-    };
-    const scale = scaleLinear()
-      .domain([stepAt(first), stepAt(last)])
-      .range([0, width]);
-    this.axis.setAttribute("width", String(width + 20));
-    this.axis.setAttribute("height", String(AXIS_HEIGHT));
-    const svg = select(this.axis);
-    svg.selectAll("*").remove();
-    svg
-      .append("g")
-      .attr("transform", "translate(0,0)")
-      .call(
-        axisBottom(scale)
-          .ticks(Math.max(2, Math.floor(width / 90)))
-          .tickFormat(d3format("~s")),
-      );
+    drawAxis(this.axis, stepScale(columns, first, last, width), width, AXIS_HEIGHT);
   }
 
   private resetZoom(): void {
@@ -387,6 +309,13 @@ export class Heatmap {
     const to = columns[Math.min(columns.length - 1, Math.ceil(last) - 1)].last_step;
     this.events.zoom([from, to]);
   }
+
+  /**
+   * The cell the tooltip names; a click opens it. (Recomputing the cell from the click's
+   * coordinates could name the neighbouring column: Chromium rounds a click's position
+   * to whole pixels, not a pointer move's, and a column can be a pixel wide.)
+   */
+  private hovered: { row: number; column: number } | null = null;
 
   /** The plot's position, measured once per pointer visit (reading it forces layout). */
   private box: DOMRect | null = null;
@@ -424,26 +353,12 @@ export class Heatmap {
       this.unhover();
       return;
     }
-    const row = this.rows[cell.row];
+    this.hovered = cell;
     const column = data.columns[cell.column];
-    const value = this.rowCells[cell.row];
-    const missing = value.missing[cell.column] === 1;
-    const steps =
-      column.first_step === column.last_step
-        ? `step ${column.first_step}`
-        : `steps ${column.first_step}–${column.last_step} (${column.count} recorded, ${data.reduce})`;
-    const name =
-      row.kind === "group" ? `${row.key}.* (max of ${row.indices.length} layers)` : row.key;
-    const exact = row.indices.every((index) => data.exact[index]);
     this.tooltip.replaceChildren(
-      h("div", { class: "tv-tooltip-name", text: name }),
-      h("div", { text: steps }),
-      h("div", {
-        text: `${this.metric?.label ?? data.metric}: ${
-          missing ? "no data" : formatValue(value.values[cell.column])
-        }${exact ? "" : " (estimated)"}`,
-      }),
+      ...tooltipLines(data, this.metric, this.rows[cell.row], this.rowCells[cell.row], cell.column),
     );
+    this.tooltip.dataset.step = String(columnStep(column));
     this.tooltip.style.display = "block";
     // Placed without measuring it (no forced layout): flip to the pointer's other side
     // near the window's right or bottom edge.
@@ -467,13 +382,14 @@ export class Heatmap {
   }
 
   private unhover(): void {
+    this.hovered = null;
     this.tooltip.style.display = "none";
     this.hoverRow.style.display = "none";
     this.hoverCol.style.display = "none";
   }
 
   private click(event: MouseEvent): void {
-    const cell = this.cellAt(event);
+    const cell = this.hovered ?? this.cellAt(event);
     const data = this.data;
     if (!cell || !data) return;
     const row = this.rows[cell.row];
@@ -481,7 +397,7 @@ export class Heatmap {
       this.events.toggle(row.key);
       return;
     }
-    this.events.select(row.key, data.columns[cell.column].step);
+    this.events.select(row.key, columnStep(data.columns[cell.column]));
   }
 
   private clickLabel(event: MouseEvent): void {

@@ -8,9 +8,9 @@
 import { axisBottom, axisLeft } from "d3-axis";
 import { format as d3format } from "d3-format";
 import { scaleLinear, scaleLog } from "d3-scale";
-import { schemeDark2 } from "d3-scale-chromatic";
 import { select } from "d3-selection";
-import type { FormatCast, HistogramLayer } from "./api";
+import type { HistogramLayer } from "./api";
+import { castTable, type FormatColours, scaleShift } from "./cast_table";
 import { h } from "./dom";
 import { formatCount, formatShare, formatValue } from "./numbers";
 
@@ -64,52 +64,11 @@ export function binadeLabel(n: number): string {
   return `2${[...String(n)].map((c) => SUPERSCRIPT[c] ?? c).join("")}`;
 }
 
-/** A stable colour per format name, in order of first appearance. */
-export class FormatColours {
-  private readonly seen = new Map<string, string>();
-  get(name: string): string {
-    let colour = this.seen.get(name);
-    if (!colour) {
-      colour = schemeDark2[this.seen.size % schemeDark2.length];
-      this.seen.set(name, colour);
-    }
-    return colour;
-  }
-}
-
 function specialCount(layer: HistogramLayer, key: (typeof SPECIALS)[number]): number {
   if (key === "zero") return layer.zero_count;
   if (key === "nan") return layer.nan_count;
   if (key === "+inf") return layer.posinf_count;
   return layer.neginf_count;
-}
-
-/** How far the "scaled" toggle slides a format: log2(max_abs / format max), or 0. */
-export function scaleShift(layer: HistogramLayer, cast: FormatCast): number {
-  const maxAbs = layer.statistics.max_abs;
-  if (!(maxAbs > 0) || !Number.isFinite(maxAbs)) return 0;
-  return Math.log2(maxAbs) - Math.log2(cast.max);
-}
-
-/**
- * Under/overflow of a format after per-tensor scaling (its largest value meets max_abs),
- * estimated from the bins: values below half the smallest subnormal (scaled) become zero,
- * a bin cut by that threshold counts in proportion (log-uniform within the binade); nothing
- * overflows by construction.
- */
-export function scaledCasts(
-  layer: HistogramLayer,
-  cast: FormatCast,
-): { under: number; over: number } {
-  const shift = scaleShift(layer, cast);
-  const threshold = Math.log2(cast.smallest_subnormal / 2) + shift;
-  let under = 0;
-  layer.counts.forEach((count, i) => {
-    const n = layer.bins_lo + i;
-    if (n + 1 <= threshold) under += count;
-    else if (n < threshold) under += count * (threshold - n);
-  });
-  return { under: Math.round(under), over: 0 };
 }
 
 function svgElement(width: number, height: number): SVGSVGElement {
@@ -352,78 +311,6 @@ function chart(panel: Panel, options: HistogramOptions, width: number, colours: 
   return svg;
 }
 
-/** Under/overflow per format and run: exact figures where recorded, estimates labelled. */
-function castTable(panel: Panel, options: HistogramOptions, colours: FormatColours): HTMLElement {
-  const runs = panel.runs.filter((r) => r.data);
-  const several = runs.length > 1;
-  const rows: HTMLElement[] = [];
-  const formats = new Set<string>();
-  for (const { data } of runs) for (const cast of data?.formats ?? []) formats.add(cast.format);
-  for (const name of formats) {
-    for (const { run, colour, data } of runs) {
-      const cast = data?.formats.find((c) => c.format === name);
-      if (!data || !cast) continue;
-      const finite = data.numel - data.nan_count - data.posinf_count - data.neginf_count;
-      const scaled = options.scaled && name !== data.dtype ? scaledCasts(data, cast) : null;
-      const under = scaled ? scaled.under : cast.underflow;
-      const over = scaled ? scaled.over : cast.overflow;
-      const exact = !scaled && cast.exact;
-      const label = scaled ? "estimated, scaled" : cast.exact ? "exact" : "estimated";
-      rows.push(
-        h(
-          "tr",
-          {
-            class: "tv-format-stat",
-            data: {
-              format: name,
-              run,
-              underflow: String(under),
-              overflow: String(over),
-              exact: String(exact),
-            },
-          },
-          [
-            h("td", {}, [
-              h("span", {
-                class: "tv-swatch",
-                attrs: { style: `background:${colours.get(name)}` },
-              }),
-              name,
-            ]),
-            several
-              ? h("td", {}, [
-                  h("span", { class: "tv-swatch", attrs: { style: `background:${colour}` } }),
-                  run,
-                ])
-              : null,
-            h("td", {
-              class: "tv-num",
-              text: `${formatCount(under)} (${formatShare(under, finite)})`,
-            }),
-            h("td", {
-              class: "tv-num",
-              text: `${formatCount(over)} (${formatShare(over, finite)})`,
-            }),
-            h("td", { class: exact ? "tv-exact" : "tv-estimate", text: label }),
-          ],
-        ),
-      );
-    }
-  }
-  return h("table", { class: "tv-cast-table" }, [
-    h("thead", {}, [
-      h("tr", {}, [
-        h("th", { text: "format" }),
-        several ? h("th", { text: "run" }) : null,
-        h("th", { text: "underflow" }),
-        h("th", { text: "overflow" }),
-        h("th", { text: "" }),
-      ]),
-    ]),
-    h("tbody", {}, rows),
-  ]);
-}
-
 function summary(runs: RunHistogram[]): HTMLElement {
   return h(
     "div",
@@ -487,7 +374,7 @@ export function renderHistograms(
             ? chart(panel, options, width, colours)
             : h("div", { class: "tv-empty-small", text: "Not recorded for this tensor type." }),
           first ? summary(panel.runs) : null,
-          first ? castTable(panel, options, colours) : null,
+          first ? castTable(panel.runs, options, colours) : null,
         ],
       );
     }),

@@ -36,5 +36,3 @@ export async function render(): Promise<void> {
   });
   await app.refresh();
 }
-
-export { benchHeatmap } from "./bench";

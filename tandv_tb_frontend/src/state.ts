@@ -6,7 +6,7 @@
  */
 
 export interface State {
-  /** Runs shown (compared); empty means "the first run". */
+  /** Runs shown (compared); empty means the default (every run, up to ``DEFAULT_RUNS``). */
   runs: string[];
   /** The run whose heatmap is drawn (one of ``runs``). */
   heatmapRun: string;

@@ -1,0 +1,71 @@
+/** What a change implies (valid runs, a tensor type the run has, …), in one place. */
+
+import type { Catalog, Model, Rules } from "./store";
+import { DEFAULT_STATE } from "./state";
+
+/**
+ * Runs ticked when the tab opens with no saved choice: every run, as TensorBoard's own
+ * dashboards tick them, up to this many (so a logdir of hundreds of runs stays readable).
+ */
+export const DEFAULT_RUNS = 8;
+
+/** The tensor types of ``runs``, in the server's order. */
+export function tensorTypes(catalog: Catalog, runs: string[]): string[] {
+  const types = new Set(
+    catalog.runs.filter((run) => runs.includes(run.run)).flatMap((run) => run.tensor_types),
+  );
+  return catalog.tensorTypes.filter((type) => types.has(type));
+}
+
+/** The fix-ups: every choice made valid against the catalog and the loaded layers. */
+export const rules: Rules = (model, changed) => {
+  const catalog = model.catalog;
+  if (!catalog || catalog.runs.length === 0) return {};
+  const names = catalog.runs.map((run) => run.run);
+  let runs = model.runs.filter((run) => names.includes(run));
+  if (runs.length === 0) {
+    // Opening (or a logdir whose saved runs went): the default; unticking all: the first.
+    runs = changed.has("catalog") ? names.slice(0, DEFAULT_RUNS) : [names[0]];
+  }
+  const heatmapRun = runs.includes(model.heatmapRun) ? model.heatmapRun : runs[0];
+  const types = tensorTypes(catalog, [heatmapRun]);
+  const tensorType = types.includes(model.tensorType) ? model.tensorType : (types[0] ?? "");
+  const patch: Partial<Model> = { runs, heatmapRun, tensorType };
+  const rowsChanged =
+    changed.has("heatmapRun") ||
+    changed.has("tensorType") ||
+    heatmapRun !== model.heatmapRun ||
+    tensorType !== model.tensorType;
+  if (rowsChanged) patch.window = null;
+  const minus = model.minusRun;
+  if (minus && (minus === heatmapRun || !runs.includes(minus))) patch.minusRun = "";
+  const metrics = catalog.metrics;
+  if (!metrics.some((m) => m.metric === model.metric)) {
+    patch.metric = metrics[0]?.metric ?? DEFAULT_STATE.metric;
+  }
+  const formats = catalog.formats;
+  if (formats.length && !formats.some((f) => f.format === model.metricFormat)) {
+    patch.metricFormat = catalog.defaultOverlays[0] ?? formats[0].format;
+  }
+  if (!["auto", "expanded", "collapsed"].includes(model.groups)) patch.groups = "auto";
+  const metricNames = new Set(metrics.map((m) => m.metric));
+  patch.lineMetrics = model.lineMetrics.filter((m) => metricNames.has(m));
+  const list = model.layerList;
+  if (changed.has("layerList") && list) {
+    const layers = new Set(list.layers.map((layer) => layer.layer));
+    patch.layer = layers.has(model.layer) ? model.layer : "";
+    patch.pinned = model.pinned.filter((name) => layers.has(name));
+  }
+  return patch;
+};
+
+/** Whether the loaded layers are those of the chosen heatmap run and tensor type. */
+export function layersCurrent(model: Model): boolean {
+  const list = model.layerList;
+  return !!list && list.run === model.heatmapRun && list.tensorType === model.tensorType;
+}
+
+/** The layer opened from the heatmap and the pinned ones, each once. */
+export function panelLayers(model: Model): string[] {
+  return [...new Set([model.layer, ...model.pinned].filter(Boolean))];
+}

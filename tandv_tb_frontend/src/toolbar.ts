@@ -1,0 +1,92 @@
+/** The toolbar: the run picker and what the heatmap shows (type, layers, metric, reduction). */
+
+import { multiCheck, selectControl, textInput } from "./controls";
+import { h, keepFocus, replaceChildren } from "./dom";
+import { tensorTypes } from "./rules";
+import type { State } from "./state";
+import type { Store } from "./store";
+
+export class Toolbar {
+  readonly root = h("header", { class: "tv-toolbar" });
+
+  /** ``exportSlot`` is kept at the toolbar's end (the export menu draws itself into it). */
+  constructor(
+    private readonly store: Store,
+    private readonly exportSlot: HTMLElement,
+  ) {
+    store.on(
+      [
+        "catalog",
+        "runs",
+        "compare",
+        "tensorType",
+        "layerRegex",
+        "metric",
+        "metricFormat",
+        "reduce",
+      ],
+      () => keepFocus(this.root, () => this.render()),
+    );
+  }
+
+  private render(): void {
+    const s = this.store.state;
+    const catalog = s.catalog;
+    if (!catalog) return;
+    const update = (patch: Partial<State>) => void this.store.update(patch);
+    const metric = catalog.metrics.find((m) => m.metric === s.metric);
+    const formatOptions = catalog.formats.map((f) => ({ value: f.format, label: f.format }));
+    replaceChildren(this.root, [
+      multiCheck(
+        "Runs",
+        "runs",
+        catalog.runs.map((run) => ({ value: run.run, label: run.run })),
+        s.runs,
+        (runs) => update({ runs }),
+        catalog.colours,
+      ),
+      s.runs.length > 1
+        ? selectControl(
+            "Compare runs",
+            "compare",
+            [
+              { value: "overlay", label: "overlaid" },
+              { value: "side", label: "side by side" },
+            ],
+            s.compare,
+            (compare) => update({ compare: compare as State["compare"] }),
+          )
+        : null,
+      selectControl(
+        "Tensor type",
+        "tensorType",
+        tensorTypes(catalog, s.runs).map((type) => ({ value: type, label: type })),
+        s.tensorType,
+        (tensorType) => update({ tensorType }),
+      ),
+      textInput("Layers (regex)", "layerRegex", s.layerRegex, "e.g. attn|mlp", (layerRegex) =>
+        update({ layerRegex }),
+      ),
+      selectControl(
+        "Metric",
+        "metric",
+        catalog.metrics.map((m) => ({ value: m.metric, label: m.label })),
+        s.metric,
+        (value) => update({ metric: value }),
+      ),
+      metric?.needs_format
+        ? selectControl("Format", "metricFormat", formatOptions, s.metricFormat, (metricFormat) =>
+            update({ metricFormat }),
+          )
+        : null,
+      selectControl(
+        "Per column",
+        "reduce",
+        ["max", "min", "mean", "last"].map((value) => ({ value, label: value })),
+        s.reduce,
+        (reduce) => update({ reduce: reduce as State["reduce"] }),
+      ),
+      this.exportSlot,
+    ]);
+  }
+}
