@@ -10,14 +10,6 @@
  * cells together, the step axis stays below), and only the labels in view are in the DOM.
  */
 
-import { select } from "d3-selection";
-import {
-  type D3ZoomEvent,
-  type ZoomBehavior,
-  type ZoomTransform,
-  zoom,
-  zoomIdentity,
-} from "d3-zoom";
 import type { HeatmapResponse, MetricInfo } from "./api";
 import { type CellScale, cellScale } from "./colors";
 import { h, replaceChildren } from "./dom";
@@ -31,6 +23,7 @@ import {
   stepScale,
   tooltipLines,
 } from "./heatmap_draw";
+import { StepZoom } from "./heatmap_zoom";
 import { VirtualRows } from "./virtual";
 
 export interface HeatmapEvents {
@@ -60,10 +53,7 @@ export class Heatmap {
   private readonly hoverRow: HTMLElement;
   private readonly hoverCol: HTMLElement;
   private readonly marker: HTMLElement;
-  private readonly zoomer: ZoomBehavior<HTMLElement, unknown>;
-  private transform: ZoomTransform = zoomIdentity;
-  private resettingZoom = false;
-  private zoomTimer: number | undefined;
+  private readonly zoom: StepZoom;
 
   private data: HeatmapResponse | null = null;
   private metric: MetricInfo | null = null;
@@ -129,15 +119,16 @@ export class Heatmap {
     );
     this.plot.addEventListener("click", (event) => this.click(event));
     this.labels.addEventListener("click", (event) => this.clickLabel(event));
-    this.zoomer = zoom<HTMLElement, unknown>()
-      .scaleExtent([1, 256])
-      .filter((event: Event) => {
-        const mouse = event as MouseEvent;
-        return !mouse.button && event.type !== "dblclick";
-      })
-      .on("zoom", (event: D3ZoomEvent<HTMLElement, unknown>) => this.zoomed(event));
-    select(this.plot).call(this.zoomer);
-    this.plot.addEventListener("dblclick", () => this.events.zoom(null));
+    this.zoom = new StepZoom(
+      this.plot,
+      () => this.plotWidth(),
+      () => this.data?.columns ?? [],
+      () => {
+        this.place();
+        this.placeMarker();
+      },
+      (window) => this.events.zoom(window),
+    );
   }
 
   /** Width in CSS pixels of the plot area: the number of columns worth asking for. */
@@ -158,7 +149,7 @@ export class Heatmap {
       isExpanded,
     );
     this.scale = cellScale(metric.scale, data.value_range, metric.kind === "fraction");
-    this.resetZoom();
+    this.zoom.reset();
     this.render();
   }
 
@@ -256,58 +247,19 @@ export class Heatmap {
     this.plot.style.height = `${height}px`;
     this.canvas.style.width = `${width}px`;
     this.canvas.style.height = `${height}px`;
-    const { k, x } = this.transform;
+    const { k, x } = this.zoom.transform;
     this.canvas.style.transform = k === 1 && x === 0 ? "" : `translateX(${x}px) scaleX(${k})`;
     this.box = null;
     this.hovered = null;
     this.renderAxis(width);
   }
 
-  /** Fractional column range [first, last) shown under the current zoom. */
-  private visibleColumns(width: number): [number, number] {
-    const columns = this.data?.columns.length ?? 0;
-    const first = (this.transform.invertX(0) / width) * columns;
-    const last = (this.transform.invertX(width) / width) * columns;
-    return [Math.max(0, first), Math.min(columns, Math.max(first + 1e-6, last))];
-  }
-
   private renderAxis(width: number): void {
     const data = this.data;
     if (!data || data.columns.length === 0) return;
     const columns = data.columns;
-    const [first, last] = this.visibleColumns(width);
+    const [first, last] = this.zoom.visibleColumns(width);
     drawAxis(this.axis, stepScale(columns, first, last, width), width, AXIS_HEIGHT);
-  }
-
-  private resetZoom(): void {
-    this.transform = zoomIdentity;
-    this.resettingZoom = true;
-    select(this.plot).call(this.zoomer.transform, zoomIdentity);
-    this.resettingZoom = false;
-  }
-
-  private zoomed(event: D3ZoomEvent<HTMLElement, unknown>): void {
-    if (this.resettingZoom) return;
-    const width = this.plotWidth();
-    // Zoom and pan over steps only: keep k and x, clamp so the data fill the plot.
-    const k = event.transform.k;
-    const x = Math.min(0, Math.max(width - width * k, event.transform.x));
-    this.transform = zoomIdentity.translate(x, 0).scale(k);
-    this.place();
-    this.placeMarker();
-    window.clearTimeout(this.zoomTimer);
-    this.zoomTimer = window.setTimeout(() => this.zoomSettled(), 350);
-  }
-
-  /** After zooming stops, ask for the visible step window at full resolution. */
-  private zoomSettled(): void {
-    const data = this.data;
-    if (!data || data.columns.length === 0 || this.transform.k === 1) return;
-    const [first, last] = this.visibleColumns(this.plotWidth());
-    const columns = data.columns;
-    const from = columns[Math.max(0, Math.floor(first))].first_step;
-    const to = columns[Math.min(columns.length - 1, Math.ceil(last) - 1)].last_step;
-    this.events.zoom([from, to]);
   }
 
   /**
@@ -333,16 +285,14 @@ export class Heatmap {
     const y = event.clientY - box.top;
     const row = Math.floor(y / this.rowHeight);
     if (row < 0 || row >= this.rows.length || x < 0 || x >= box.width) return null;
-    const position = (this.transform.invertX(x) / box.width) * data.columns.length;
+    const position = (this.zoom.transform.invertX(x) / box.width) * data.columns.length;
     const column = Math.floor(position);
     if (column < 0 || column >= data.columns.length) return null;
     return { row, column };
   }
 
   private columnLeft(column: number): number {
-    const width = this.plotWidth();
-    const columns = this.data?.columns.length ?? 1;
-    return this.transform.applyX((column / columns) * width);
+    return this.zoom.columnLeft(column);
   }
 
   private hover(event: PointerEvent): void {
