@@ -78,3 +78,25 @@ def test_hovered_step_is_the_step_a_click_opens(browser, tensorboard):
             )
             tab.ready("histogram")
             assert tab.frame.locator(".tv-step-label").inner_text() == f"step {hovered}"
+
+
+def test_zooming_over_steps_asks_for_that_window_and_double_click_undoes_it(browser, tensorboard):
+    """A wheel zoom over the cells becomes, once it settles, a heatmap of just the visible
+    steps (a 'Steps a-b' chip); a double click goes back to every step."""
+    with open_tab(browser, tensorboard) as tab:
+        tab.ready("heatmap")
+        canvas = tab.frame.locator("canvas.tv-heatmap-canvas")
+        box = canvas.bounding_box()
+        tab.page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+        for _ in range(4):
+            tab.page.mouse.wheel(0, -400)
+        chip = tab.frame.get_by_text("Steps ", exact=False).filter(has_text="✕")
+        chip.wait_for(state="visible")
+        first, last = (int(s) for s in chip.inner_text().split(" ")[1].rstrip("✕ ").split("–"))
+        assert 0 < first < STEPS / 2 < last < STEPS - 1, (first, last)
+        tab.ready("heatmap")
+        columns = int(tab.frame.locator(".tv-heatmap").get_attribute("data-columns"))
+        assert 1 < columns <= last - first + 1
+        canvas.dblclick(position={"x": box["width"] * 0.5, "y": box["height"] * 0.5})
+        chip.wait_for(state="detached")
+        tab.ready("heatmap")
