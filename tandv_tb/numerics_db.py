@@ -367,7 +367,8 @@ class NumericsDB:
         wanted = np.full(max(tags, default=0) + 1, -1)
         wanted[list(tags)] = list(tags.values())
         keep = wanted[table["tag_id"]] == table["format_index"]
-        table = {name: column[keep] for name, column in table.items()}
+        if not keep.all():
+            table = {name: column[keep] for name, column in table.items()}
         return _rows_at(table, _latest_per_step(table, lambda: table), ("underflow", "overflow"))
 
 
