@@ -45,10 +45,11 @@ FLOOR = "import numpy, duckdb, tandv_tb.numerics_db"
 
 def _seconds(command: list[str], env: dict) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of a command run to its end; on a
-    shared machine the CPU time is the steadier figure."""
+    shared machine the CPU time is the steadier figure. It runs in the folder of the
+    package on its ``PYTHONPATH`` (``python -m`` puts the working folder first)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, env=env)
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, env=env, cwd=env["PYTHONPATH"])
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):  # 1: the findings hold an error, as expected here
