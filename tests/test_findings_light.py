@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import torch
 from torch import nn
 
 from tests.test_findings import ROOT, train
@@ -37,8 +38,6 @@ def _findings(logdir, cache) -> tuple[list[dict], list[str]]:
 
 
 def test_findings_on_a_built_store_load_neither_pandas_nor_numba(tmp_path):
-    import torch
-
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
     logdir = tmp_path / "logs"
