@@ -7,15 +7,19 @@ scale drifts, float8 casts recorded; written once and reused). Prints:
   ``--rounds``: ``tandv-tb findings LOGDIR`` with the store already built (as after an
   earlier run or a ``tensorboard`` on the logdir) and, once, with an empty cache folder
   (the store built from the event files first); interleaved with the same process that
-  only starts Python (the baseline) and one that imports what the engine needs; then the
-  same command while another process holds the store (as a ``tensorboard`` on the logdir
-  does): it works on a temporary copy of the store;
+  only starts Python (the baseline), one that imports what the engine needs and, with
+  ``--compare DIR``, the command line of another copy of the package (``DIR`` holding a
+  ``tandv_tb`` folder, e.g. from ``git archive``: before and after under the same load);
+  then the same command while another process holds the store (as a ``tensorboard`` on the
+  logdir does): it works on a temporary copy of the store;
 - in one process, where the time of a warm call goes (reading, each kind);
 - in the tab: a ``tensorboard`` is started, the full heatmap of one tensor type fetched
   (as the tab does first), then the ``findings`` route for the run (first call) and again
-  (answered from the result cache).
+  (answered from the result cache); once with an empty cache folder (the server builds
+  the store, which loads numba and pandas on the way) and once restarted on the built
+  store (it reads no event file); with ``--compare``, the same for the other copy.
 
-Usage: ``python bench/findings.py [--workdir DIR] [--rounds 5]``.
+Usage: ``python bench/findings.py [--workdir DIR] [--rounds 5] [--compare DIR]``.
 """
 
 from __future__ import annotations
@@ -36,15 +40,16 @@ from pathlib import Path
 from plugin_load import P, Server, write_logdirs
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOOR = "import numpy, duckdb, pyarrow, numba, tandv_tb.numerics_db"
+FLOOR = "import numpy, duckdb, tandv_tb.numerics_db"
 
 
 def _seconds(command: list[str], env: dict) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of a command run to its end; on a
-    shared machine the CPU time is the steadier figure."""
+    shared machine the CPU time is the steadier figure. It runs in the folder of the
+    package on its ``PYTHONPATH`` (``python -m`` puts the working folder first)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, env=env)
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, env=env, cwd=env["PYTHONPATH"])
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):  # 1: the findings hold an error, as expected here
@@ -75,21 +80,24 @@ def _held(logdir: Path, env: dict):
         holder.wait(timeout=60)
 
 
-def bench_command_line(logdir: Path, rounds: int) -> dict:
+def bench_command_line(logdir: Path, rounds: int, compare: Path | None) -> dict:
     cache = Path(tempfile.mkdtemp(prefix="tandv_findings_cache-"))
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
     findings = [sys.executable, "-m", "tandv_tb", "findings", str(logdir)]
     _seconds(findings, env)  # the store is built
     build_wall, build_cpu = _seconds(findings, {**env, "XDG_CACHE_HOME": str(cache / "fresh")})
     variants = {
-        "python_start": [sys.executable, "-c", "pass"],
-        "imports_floor": [sys.executable, "-c", FLOOR],
-        "findings_cli": findings,
+        "python_start": ([sys.executable, "-c", "pass"], env),
+        "imports_floor": ([sys.executable, "-c", FLOOR], env),
+        "findings_cli": (findings, env),
     }
+    if compare is not None:
+        variants["findings_cli_compare"] = (findings, {**env, "PYTHONPATH": str(compare)})
+        _seconds(*variants["findings_cli_compare"])  # its store too, if its schema differs
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(rounds):
-        for name, command in variants.items():
-            times[name].append(_seconds(command, env))
+        for name, (command, command_env) in variants.items():
+            times[name].append(_seconds(command, command_env))
     held = []
     with _held(logdir, env):
         for _ in range(rounds):
@@ -115,7 +123,7 @@ def breakdown(logdir: Path) -> dict:
     thresholds = Thresholds()
     db = NumericsDB(str(logdir), Path(tempfile.gettempdir()) / "tandv_findings_breakdown")
     (run,) = db.runs()
-    RunNumerics.read(db, run)  # the store is built and the compiled decoder loaded
+    RunNumerics.read(db, run)  # the store is built (or brought up to date)
     parts = {}
 
     def timed(name, call):
@@ -138,9 +146,8 @@ def breakdown(logdir: Path) -> dict:
     return parts
 
 
-def bench_tab(logdir: Path) -> dict:
-    cache = Path(tempfile.mkdtemp(prefix="tandv_findings_tab-"))
-    server = Server(logdir, env={"XDG_CACHE_HOME": str(cache)})
+def _tab_once(logdir: Path, env: dict) -> dict:
+    server = Server(logdir, env=env)
     try:
         heatmap = f"{P}heatmap?run=bench&tensor_type=Activation&metric=log2_rm2&columns=1000"
         after = server.until(heatmap, lambda body: body["total_steps"] > 0)
@@ -159,6 +166,16 @@ def bench_tab(logdir: Path) -> dict:
         }
     finally:
         server.close()
+
+
+def bench_tab(logdir: Path, package: Path) -> dict:
+    """The server builds the store, then a second server starts on the built store."""
+    cache = Path(tempfile.mkdtemp(prefix="tandv_findings_tab-"))
+    env = {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(package)}
+    try:
+        built = _tab_once(logdir, env)
+        return {"store_built_by_server": built, "restarted": _tab_once(logdir, env)}
+    finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
@@ -166,13 +183,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "tandv_bench")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--compare", type=Path, metavar="DIR", help="another copy of the package")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     numerics, _ = write_logdirs(args.workdir, 200, 1000)
     print(f"load average {os.getloadavg()[0]:.1f}")
-    print("command line:", json.dumps(bench_command_line(numerics, args.rounds)))
+    print("command line:", json.dumps(bench_command_line(numerics, args.rounds, args.compare)))
     print("one warm call, by part:", json.dumps(breakdown(numerics)))
-    print("in the tab:", json.dumps(bench_tab(numerics)))
+    print("in the tab:", json.dumps(bench_tab(numerics, ROOT)))
+    if args.compare is not None:
+        print("in the tab (compare):", json.dumps(bench_tab(numerics, args.compare)))
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

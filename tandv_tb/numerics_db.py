@@ -35,7 +35,6 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from tandv_tb.disk.event_reader import event_runs
 from tandv_tb.disk.metadata import TagInfo
@@ -51,6 +50,10 @@ logger = logging.getLogger(__name__)
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
 _SCALARS = ("dtype_code", *COUNTS, *STATISTICS)
+#: A query's result: each column as a numpy array. DuckDB's ``fetchnumpy`` gives them
+#: without pyarrow, whose conversions to and from numpy import pandas (pyarrow 26: 0.3-0.9 s,
+#: a short command's largest cost); a BLOB column holding NULLs comes back masked.
+Columns = dict[str, np.ndarray]
 
 
 @dataclasses.dataclass
@@ -199,12 +202,12 @@ class NumericsDB:
             where += " AND step IN (SELECT unnest(?::BIGINT[]))"
             params.append(list(steps))
         if layout is not None and layout.order is not None and wanted and not vectors:
-            table = self._arrow(f"SELECT {', '.join(wanted)} FROM records WHERE {where}", params)
-            if table.num_rows == layout.n_read:
+            table = self._columns(f"SELECT {', '.join(wanted)} FROM records WHERE {where}", params)
+            if len(table[wanted[0]]) == layout.n_read:
                 return Rows(
                     layout.tag_ids,
                     layout.steps,
-                    {c: table.column(c).to_numpy()[layout.order] for c in wanted},
+                    {c: table[c][layout.order] for c in wanted},
                     order=layout.order,
                     n_read=layout.n_read,
                     _bounds=layout._bounds,
@@ -216,27 +219,27 @@ class NumericsDB:
         cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
         try:
             table = cursor.sql(f"SELECT {select} FROM records WHERE {where}", params=params)
-            table = table.to_arrow_table()
+            table = table.fetchnumpy()
             order = _latest_per_step(
                 table,
                 lambda: cursor.sql(
                     f"SELECT file_id, seq FROM records WHERE {where}", params=params
-                ).to_arrow_table(),
+                ).fetchnumpy(),
             )
         finally:
             cursor.execute("COMMIT")
         found = _rows_at(table, order, wanted)
-        found.order, found.n_read = order, table.num_rows
+        found.order, found.n_read = order, len(table["tag_id"])
         if vectors:
             found.vectors = self._vectors(run, table, order)
         return found
 
-    def _vectors(self, run: str, table: pa.Table, order: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _vectors(self, run: str, table: Columns, order: np.ndarray) -> tuple[np.ndarray, ...]:
         """The stored vectors of the rows at ``order``, laid end to end, and their offsets:
         read from the event files where they lie, or inline."""
-        file_ids = table.column("file_id").to_numpy()[order]
-        at = table.column("vector_offset").to_numpy()[order]
-        sizes = table.column("vector_size").to_numpy()[order]
+        file_ids = table["file_id"][order]
+        at = table["vector_offset"][order]
+        sizes = table["vector_size"][order]
         offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         out = np.zeros(int(offsets[-1]), dtype=np.uint8)
         names = dict(
@@ -258,8 +261,8 @@ class NumericsDB:
                 logger.warning("tandv_tb: cannot read vectors from %s: %s", path, error)
         inline = np.flatnonzero(at < 0)
         if len(inline):
-            blobs = table.column("vector").take(pa.array(order[inline]))
-            for row, blob in zip(inline.tolist(), blobs.to_pylist()):
+            blobs = table["vector"][order[inline]]
+            for row, blob in zip(inline.tolist(), blobs.tolist()):
                 out[offsets[row] : offsets[row + 1]] = np.frombuffer(blob or b"", np.uint8)
         return out, offsets
 
@@ -333,14 +336,14 @@ class NumericsDB:
     def scalars(self, run: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """``{tag: (steps, values)}`` of the run's TensorBoard scalars, by step (of two
         values at one step the later written stays)."""
-        table = self._arrow(
+        table = self._columns(
             "SELECT tag, step, file_id, seq, value FROM scalars "
             "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) "
             "ORDER BY tag, step, file_id, seq",
             [run],
         )
-        tags = table.column("tag").to_pylist()
-        steps, values = table.column("step").to_numpy(), table.column("value").to_numpy()
+        tags = table["tag"].tolist()
+        steps, values = table["step"], table["value"]
         found = {}
         for tag in dict.fromkeys(tags):
             first, last = tags.index(tag), len(tags) - tags[::-1].index(tag)
@@ -349,13 +352,13 @@ class NumericsDB:
             found[tag] = (tag_steps[keep], tag_values[keep])
         return found
 
-    def _arrow(self, query: str, params: list) -> pa.Table:
-        return self._cursor().sql(query, params=params).to_arrow_table()
+    def _columns(self, query: str, params: list) -> Columns:
+        return self._cursor().sql(query, params=params).fetchnumpy()
 
     def casts(self, run: str, tags: dict[int, int]) -> Rows:
         """Exact (underflow, overflow) of one format at every record of the tags, given as
         ``{tag_id: the format's index in that tag's formats}``."""
-        table = self._arrow(
+        table = self._columns(
             "SELECT tag_id, step, file_id, seq, format_index, underflow, overflow FROM casts "
             "WHERE run_id = ? AND list_contains(?::INTEGER[], tag_id) "
             "AND list_contains(?::INTEGER[], format_index)",
@@ -363,29 +366,29 @@ class NumericsDB:
         )
         wanted = np.full(max(tags, default=0) + 1, -1)
         wanted[list(tags)] = list(tags.values())
-        keep = wanted[table.column("tag_id").to_numpy()] == table.column("format_index").to_numpy()
-        table = table.filter(pa.array(keep))
+        keep = wanted[table["tag_id"]] == table["format_index"]
+        if not keep.all():
+            table = {name: column[keep] for name, column in table.items()}
         return _rows_at(table, _latest_per_step(table, lambda: table), ("underflow", "overflow"))
 
 
-def _rows_at(table: pa.Table, order: np.ndarray, columns) -> Rows:
+def _rows_at(table: Columns, order: np.ndarray, columns) -> Rows:
     """The ``Rows`` of a query's result, taken at ``order`` (``_latest_per_step``)."""
     return Rows(
-        tag_ids=table.column("tag_id").to_numpy()[order].astype(np.int32),
-        steps=table.column("step").to_numpy()[order],
-        columns={c: table.column(c).to_numpy()[order] for c in columns},
+        tag_ids=table["tag_id"][order].astype(np.int32),
+        steps=table["step"][order],
+        columns={c: table[c][order] for c in columns},
     )
 
 
-def _latest_per_step(table: pa.Table, written: Callable[[], pa.Table]) -> np.ndarray:
+def _latest_per_step(table: Columns, written: Callable[[], Columns]) -> np.ndarray:
     """Row order by (tag, step), keeping of each (tag, step) the last written record.
 
     Rows come back as a few runs each ordered by (tag, step) (a stored chunk is), so a
     stable sort on one (tag, step) key (timsort merges the runs) orders them, unless a
     step was written twice; then a full sort on (tag, step, file, seq), whose ``file_id``
     and ``seq`` columns (the same rows, in the same order) ``written()`` reads only then."""
-    tags = table.column("tag_id").to_numpy()
-    steps = table.column("step").to_numpy()
+    tags, steps = table["tag_id"], table["step"]
     if not len(tags):
         return np.zeros(0, dtype=np.int64)
     low = steps.min()
@@ -396,7 +399,7 @@ def _latest_per_step(table: pa.Table, written: Callable[[], pa.Table]) -> np.nda
         if (ordered[1:] > ordered[:-1]).all():  # each tag's steps once each
             return order
     keys = written()
-    files, seq = keys.column("file_id").to_numpy(), keys.column("seq").to_numpy()
+    files, seq = keys["file_id"], keys["seq"]
     order = np.lexsort((seq, files, steps, tags))
     t, st = tags[order], steps[order]
     last = np.ones(len(order), dtype=bool)

@@ -12,7 +12,7 @@ from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.diagnosis.base import Finding, Thresholds, percent
 from tandv_tb.diagnosis.columns import RunNumerics, first_stretches
 from tandv_tb.disk import metadata
-from tandv_tb.disk.record_columns import decode_rows
+from tandv_tb.disk.record_columns import DecodedRows, decode_rows, ragged_index
 from tandv_tb.numerics_db import NumericsDB
 
 _MOST_AFFECTED = 3  # layers named by an overflow finding
@@ -155,14 +155,14 @@ def scale_findings(
             wanted[g, fs.format] = _sample_rows(numerics, g, step, sample)
     if not wanted:
         return []
-    bins = _histograms(db, numerics, np.unique(np.concatenate(list(wanted.values()))))
+    histograms = Histograms.read(db, numerics, np.unique(np.concatenate(list(wanted.values()))))
     found = []
     for (g, format_name), rows in sorted(wanted.items()):
         info = numerics.tensors[g]
-        hists = [bins[r] for r in rows.tolist() if r in bins]
-        if not hists:
+        n_steps, summed = histograms.summed(rows)
+        if not n_steps:
             continue
-        k, before, after = best_scale(hists, format_name)
+        k, before, after = best_scale(summed, format_name)
         step = int(numerics.steps[rows[0]])
         advice = f"x 2^{k}" if k else "no power-of-two scale helps (x 2^0)"
         found.append(
@@ -177,7 +177,7 @@ def scale_findings(
                 f"{info.tensor_type} {info.name!r} in {format_name}: {advice}: "
                 f"underflow {percent(before[0])} -> {percent(after[0])}, overflow "
                 f"{percent(before[1])} -> {percent(after[1])} (estimated over "
-                f"{len(hists)} recorded step{'s' * (len(hists) != 1)} from step {step})",
+                f"{n_steps} recorded step{'s' * (n_steps != 1)} from step {step})",
             )
         )
     return found
@@ -194,58 +194,67 @@ def _sample_rows(numerics: RunNumerics, g: int, first: int, sample: np.ndarray) 
     return start + np.unique(np.concatenate(([begin], at)))
 
 
-def _histograms(
-    db: NumericsDB, numerics: RunNumerics, rows: np.ndarray
-) -> dict[int, tuple[str, int, np.ndarray]]:
-    """``{row: (dtype, lowest bin, counts)}`` of the numerics rows, from their vectors."""
-    tensors = numerics.tensor[rows]
-    tag_ids = numerics.tag_ids[np.unique(tensors)].tolist()
-    read = db.rows(
-        numerics.run,
-        tag_ids,
-        (),
-        vectors=True,
-        steps=tuple(np.unique(numerics.steps[rows]).tolist()),
-    )
-    at = numerics.row_of(read.tag_ids, read.steps)
-    n_formats = np.array(
-        [len(numerics.tensors[g].formats) for g in numerics.tensor[np.maximum(at, 0)]]
-    )
-    data, offsets = read.vectors
-    decoded = decode_rows(data, np.diff(offsets), n_formats)
-    wanted = set(rows.tolist())
-    found = {}
-    for i, source in enumerate(decoded.kept.tolist()):
-        row = int(at[source])
-        if row in wanted:
-            counts = decoded.bins[decoded.bin_starts[i] : decoded.bin_starts[i + 1]]
-            dtype = metadata.DTYPE_CODES[int(decoded.dtype_codes[i])]
-            found[row] = (dtype, int(decoded.bins_lo[i]), counts)
-    return found
+@dataclasses.dataclass
+class Histograms:
+    """The exponent histograms of some rows of a run's numerics, decoded from their stored
+    vectors: numerics row r is decoded row ``index[r]`` (-1: not read or unreadable)."""
 
+    index: np.ndarray  # int64[N]
+    decoded: DecodedRows
 
-def _summed(hists: list[tuple[str, int, np.ndarray]]) -> dict[str, tuple[int, np.ndarray]]:
-    """The histograms added up per dtype: ``{dtype: (lowest bin, counts)}`` (the estimate is
-    linear in the counts, so one sum stands for all steps)."""
-    found = {}
-    for dtype in {d for d, _, c in hists if len(c)}:
-        mine = [(lo, c) for d, lo, c in hists if d == dtype and len(c)]
-        low = min(lo for lo, _ in mine)
-        total = np.zeros(max(lo + len(c) for lo, c in mine) - low, dtype=np.float64)
-        for lo, counts in mine:
-            total[lo - low : lo - low + len(counts)] += counts
-        found[dtype] = (low, total)
-    return found
+    @classmethod
+    def read(cls, db: NumericsDB, numerics: RunNumerics, rows: np.ndarray) -> Histograms:
+        tensors = numerics.tensor[rows]
+        tag_ids = numerics.tag_ids[np.unique(tensors)].tolist()
+        read = db.rows(
+            numerics.run,
+            tag_ids,
+            (),
+            vectors=True,
+            steps=tuple(np.unique(numerics.steps[rows]).tolist()),
+        )
+        at = numerics.row_of(read.tag_ids, read.steps)
+        wanted = np.zeros(len(numerics), dtype=bool)
+        wanted[rows] = True
+        # the read holds every asked tag at every asked step: decode only the rows asked for
+        take = np.flatnonzero((at >= 0) & wanted[np.maximum(at, 0)])
+        data, offsets = read.vectors
+        sizes = np.diff(offsets)[take]
+        n_formats = np.array([len(info.formats) for info in numerics.tensors], dtype=np.int64)
+        decoded = decode_rows(
+            data[ragged_index(offsets[take], sizes)], sizes, n_formats[numerics.tensor[at[take]]]
+        )
+        index = np.full(len(numerics), -1, dtype=np.int64)
+        index[at[take[decoded.kept]]] = np.arange(len(decoded))
+        return cls(index, decoded)
+
+    def summed(self, rows: np.ndarray) -> tuple[int, dict[str, tuple[int, np.ndarray]]]:
+        """How many of ``rows`` have a histogram, and their histograms added up per dtype:
+        ``{dtype: (lowest bin, counts as float64)}`` (the estimate is linear in the counts,
+        so one sum stands for all steps)."""
+        d = self.index[rows]
+        d = d[d >= 0]
+        decoded = self.decoded
+        n_bins = np.diff(decoded.bin_starts)[d]
+        found = {}
+        for code in np.unique(decoded.dtype_codes[d[n_bins > 0]]).tolist():
+            mine = (decoded.dtype_codes[d] == code) & (n_bins > 0)
+            lows, sizes = decoded.bins_lo[d[mine]], n_bins[mine]
+            low = int(lows.min())
+            at = ragged_index(decoded.bin_starts[d[mine]], sizes)
+            exponents = at - np.repeat(decoded.bin_starts[d[mine]] - (lows - low), sizes)
+            total = np.bincount(exponents, weights=decoded.bins[at])
+            found[metadata.DTYPE_CODES[code]] = (low, total)
+        return len(d), found
 
 
 def best_scale(
-    hists: list[tuple[str, int, np.ndarray]], format_name: str
+    summed: dict[str, tuple[int, np.ndarray]], format_name: str
 ) -> tuple[int, tuple[float, float], tuple[float, float]]:
     """``(k, (underflow, overflow) shares at 2**0, the same at 2**k)`` for the k that
     minimises the estimated share lost by casting the values times 2**k to the format
-    (the smallest |k| among equals)."""
+    (the smallest |k| among equals), from histograms ``{dtype: (lowest bin, counts)}``."""
     target = fmt.info(format_name)
-    summed = _summed(hists)
     total = float(sum(c.sum() for _, c in summed.values()))
     if total == 0:
         return 0, (0.0, 0.0), (0.0, 0.0)

@@ -63,7 +63,7 @@ def find_drifts(numerics: RunNumerics, thresholds: Thresholds) -> Drifts:
         spread = MAD_TO_SIGMA * deviation[groups]
         off = np.abs(change[valid] - median[groups])
         # how many valid changes the tensor had before this one
-        before = np.arange(len(valid)) - np.searchsorted(groups, groups)
+        before = np.arange(len(valid)) - np.searchsorted(groups, np.arange(n))[groups]
         jumps = (
             (off > thresholds.drift_z * spread)
             & (np.abs(change[valid]) >= thresholds.drift_min_binades)

@@ -6,7 +6,6 @@ import dataclasses
 
 import numpy as np
 from tensorboard.compat.proto import types_pb2
-from tensorboard.util import tensor_util
 
 from tandv_tb.disk.metadata import NONFINITE_KIND, PLUGIN_NAME
 from tandv_tb.disk.nonfinite import NonfiniteEntry, decode_nonfinite
@@ -113,7 +112,7 @@ class ChunkValues:
             number = value.simple_value
         elif value.tag in table.scalar_tags and not value.tensor.tensor_shape.dim:
             try:
-                number = float(tensor_util.make_ndarray(value.tensor))
+                number = float(_make_ndarray(value.tensor))
             except (TypeError, ValueError):
                 return
         else:
@@ -168,6 +167,14 @@ def _stored_bytes(tensor) -> bytes | None:
     if len(dims) != 1 or not 0 <= dims[0].size <= max(tensor.ByteSize(), 1):
         return None  # refused before make_ndarray could allocate a huge array
     try:
-        return encode_varints(stored_vector(tensor_util.make_ndarray(tensor)))
+        return encode_varints(stored_vector(_make_ndarray(tensor)))
     except (TypeError, ValueError):
         return None
+
+
+def _make_ndarray(tensor) -> np.ndarray:
+    """TensorBoard's ``make_ndarray``, imported on first use: its module loads
+    TensorBoard's TensorFlow stub (about 0.1 s), which reading a built store never needs."""
+    from tensorboard.util import tensor_util
+
+    return tensor_util.make_ndarray(tensor)

@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk import metadata
+from tandv_tb.disk import metadata, small_loops
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 from tandv_tb.disk.summary import BINS_OFFSET, HEADER, decode_varint_parts, stored_vector
@@ -237,8 +237,8 @@ def gather_ranges(
     out_starts: np.ndarray | None = None,
 ) -> np.ndarray:
     """The byte ranges ``data[starts[i]:starts[i] + sizes[i]]`` laid end to end, or each
-    written at ``out[out_starts[i]:]`` (one pass, without the index array that fancy
-    indexing would build: one int64 per byte)."""
+    written at ``out[out_starts[i]:]``: small inputs by numpy indexing (``small_loops``),
+    large ones in one compiled pass, without the index array (one int64 per byte)."""
     starts = np.asarray(starts, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
     if out is None:
@@ -253,6 +253,9 @@ def gather_ranges(
         or (out_starts + sizes).max() > len(out)
     ):
         raise ValueError("a byte range lies outside the data")
+    if sizes.sum() <= small_loops.SMALL_BYTES:  # numba's first call costs more
+        out[ragged_index(out_starts, sizes)] = data[ragged_index(starts, sizes)]
+        return out
     from tandv_tb.disk import kernels  # numba: loaded on first use
 
     kernels.gather(data, starts, sizes, out, out_starts)

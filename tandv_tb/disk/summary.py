@@ -37,6 +37,7 @@ import struct
 import numpy as np
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
+from tandv_tb.disk import small_loops
 from tandv_tb.disk.metadata import DTYPE_CODES, TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 
@@ -139,6 +140,10 @@ def decode_varint_parts(data: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray
     """The int64 values of consecutive parts of ``data`` (uint8), part i being the next
     ``sizes[i]`` bytes, each holding whole varints, and the number of values of each part;
     ``ValueError`` if a part's last varint is cut off or one is longer than 10 bytes."""
+    if np.sum(sizes) <= small_loops.SMALL_BYTES:
+        decoded = small_loops.unleb128(data, sizes)
+        if decoded is not None:
+            return decoded[0].view(np.int64), decoded[1]
     from tandv_tb.disk import kernels  # numba: loaded on first use
 
     values, counts, status = kernels.unleb128(data, sizes)
