@@ -223,7 +223,7 @@ def _arrow_rows(
 ) -> tuple[pa.Table, pa.Table | None]:
     """The ``records`` and ``casts`` rows of a chunk's readable records, ordered by (tag,
     step, seq): rows are read back by tag, and a store of chunks each so ordered comes
-    back in a few sorted runs (``_latest_per_step``)."""
+    back in a few sorted runs (``numerics_rows.latest_per_step``)."""
     order = np.lexsort((rows.kept, chunk.steps[rows.kept], chunk.tags[rows.kept]))
     kept = rows.kept[order]
     n = len(kept)
