@@ -116,12 +116,17 @@ def clean(value):
     return value
 
 
+_PLAIN = (str, int, bool)
+
+
 def dumps(payload) -> str:
     """JSON text of ``payload``, where ``Numbers`` anywhere are encoded in bulk."""
     token = secrets.token_hex(8)
     raw: list[str] = []
 
     def swap(value):
+        if value is None or type(value) in _PLAIN:  # most leaves: sent as they are
+            return value
         if isinstance(value, Numbers):
             raw.append(value.to_json())
             return f"@{token}:{len(raw) - 1}@"
