@@ -184,12 +184,18 @@ def _concatenate(parts: list[Columns | None]) -> Columns | None:
 
 def _insert(cursor, table: str, rows: Columns | None) -> None:
     """Append rows given as numpy columns in the table's order (None or empty: nothing) to
-    one of the store's tables. DuckDB scans numpy arrays as they are; building Arrow
-    tables instead would import pandas (pyarrow does, a second of a first start)."""
+    one of the store's tables. DuckDB scans numpy arrays as they are (building Arrow
+    tables instead would import pandas: pyarrow does, a second of a first start), but
+    reads a float NaN as NULL, pandas' rule: the store's float columns never hold NULL,
+    so NULL is put back as NaN."""
     if not rows or not len(next(iter(rows.values()))):
         return
+    select = ", ".join(
+        f"coalesce({name}, 'NaN'::DOUBLE)" if values.dtype.kind == "f" else name
+        for name, values in rows.items()
+    )
     cursor.register("batch", rows)
-    cursor.execute(f"INSERT INTO {table} SELECT * FROM batch")
+    cursor.execute(f"INSERT INTO {table} SELECT {select} FROM batch")
     cursor.unregister("batch")
 
 
