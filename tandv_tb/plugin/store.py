@@ -68,8 +68,8 @@ class NumericsStore:
         cache_dir: str | None = None,
         *,
         result_budget: int = 64 << 20,
-        column_budget: int = 128 << 20,
-        layout_budget: int = 96 << 20,
+        column_budget: int = 64 << 20,
+        layout_budget: int = 80 << 20,
     ):
         self._provider = data_provider
         self._db = NumericsDB(logdir, cache_dir) if logdir and os.path.isdir(logdir) else None
@@ -144,11 +144,12 @@ class NumericsStore:
                     estimated.append(tag_id)
         casts = None
         if recorded:
-            key = (run, self.version(run), "casts", tuple(sorted(recorded.items())))
-            casts = self._columns.get(key)
-            if casts is None:
-                casts = _in_layout(db.casts(run, recorded), rows)
-                self._columns.put(key, casts)
+            key = (run, self.version(run), tuple(present), "casts", *sorted(recorded.items()))
+            held = self._columns.get(key)
+            if held is None:
+                held = _in_layout(db.casts(run, recorded), rows)
+                self._columns.put(key, held)
+            casts = dataclasses.replace(rows, columns=held) if isinstance(held, dict) else held
         vectors = db.rows(run, estimated, (), vectors=True) if estimated and needs.bins else None
         found = []
         for entry, (tag_id, malformed) in zip(entries, ids):
@@ -283,16 +284,18 @@ def _nearest(steps: np.ndarray, step: int) -> int:
     return left if step - steps[left] <= steps[right] - step else right
 
 
-def _in_layout(found: Rows, layout: Rows) -> Rows:
-    """``found`` sharing ``layout``'s tags and steps where it has the same ones (casts of
-    a format every tag recorded): kept once, not twice, in the column cache."""
+def _in_layout(found: Rows, layout: Rows) -> Rows | dict[str, np.ndarray]:
+    """Only ``found``'s columns where it has the same tags and steps as ``layout`` (casts
+    of a format every tag recorded): its tags and steps are not kept twice."""
     same = np.array_equal(found.steps, layout.steps) and np.array_equal(
         found.tag_ids, layout.tag_ids
     )
-    return dataclasses.replace(layout, columns=found.columns, order=None) if same else found
+    return found.columns if same else found
 
 
-def _held_size(held: Rows | np.ndarray) -> int:
+def _held_size(held: Rows | np.ndarray | dict[str, np.ndarray]) -> int:
+    if isinstance(held, dict):
+        return sum(values.nbytes for values in held.values())
     return held.nbytes if isinstance(held, np.ndarray) else held.nbytes()
 
 
