@@ -26,6 +26,7 @@ filters by run and tag and reads single columns without hand-written file manage
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -319,9 +320,15 @@ class NumericsDB:
     def _numpy(self, query: str, params: list) -> Table:
         return fetch(self._cursor(), query, params)
 
-    def casts(self, run: str, tags: dict[int, int]) -> Rows:
+    def casts(self, run: str, tags: dict[int, int], layout: Rows | None = None) -> Rows:
         """Exact (underflow, overflow) of one format at every record of the tags, given as
-        ``{tag_id: the format's index in that tag's formats}``."""
+        ``{tag_id: the format's index in that tag's formats}``.
+
+        ``layout``: ``rows`` of the same tags read while the run's data did not change.
+        Casts are stored in the order of their records, one row per record and format, so
+        where every tag holds the format at one index and no step was written twice, the
+        casts come back in the layout's row order: their tags and steps are checked
+        against it and nothing is sorted."""
         indexes = sorted(set(tags.values()))
         where = "run_id = ? AND list_contains(?::INTEGER[], tag_id) AND format_index = ?"
         params = [self._stored_run_id(run), list(tags), indexes[0] if indexes else -1]
@@ -339,6 +346,21 @@ class NumericsDB:
             return {name: values[keep] for name, values in table.items()}
 
         cursor = self._cursor()
+        if (
+            layout is not None
+            and layout.order is not None
+            and len(indexes) == 1
+            and len(layout.order) == layout.n_read
+        ):
+            table = read("tag_id, step, underflow, overflow")
+            order = layout.order
+            if (
+                num_rows(table) == layout.n_read
+                and np.array_equal(table["tag_id"][order], layout.tag_ids)
+                and np.array_equal(table["step"][order], layout.steps)
+            ):
+                columns = {c: table[c][order] for c in ("underflow", "overflow")}
+                return dataclasses.replace(layout, columns=columns)
         cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
         try:
             table = read("tag_id, step, format_index, underflow, overflow")

@@ -147,7 +147,7 @@ class NumericsStore:
             key = (run, self.version(run), tuple(present), "casts", *sorted(recorded.items()))
             held = self._columns.get(key)
             if held is None:
-                held = _in_layout(db.casts(run, recorded), rows)
+                held = _in_layout(db.casts(run, recorded, layout=rows), rows)
                 self._columns.put(key, held)
             casts = dataclasses.replace(rows, columns=held) if isinstance(held, dict) else held
         vectors = db.rows(run, estimated, (), vectors=True) if estimated and needs.bins else None
