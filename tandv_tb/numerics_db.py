@@ -16,7 +16,8 @@ DuckDB's buffer limit, not by the logdir's size.
 - A run is brought up to date (``numerics_ingest``) when it is asked for, at most once per
   ``REFRESH_SECS``: new bytes of growing files, new files, and a file that was replaced or
   shrank is read again from its start.
-- This module reads: runs, tags, columns of records, vectors, casts, the watch, scalars.
+- This module reads: runs, tags, columns of records, vectors, casts, the watch, scalars
+  (as numpy columns, ``numerics_rows``).
 
 DuckDB was chosen by measurement over Parquet files (``bench/RESULTS.md``): it appends,
 filters by run and tag and reads single columns without hand-written file management.
@@ -30,11 +31,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from tandv_tb.disk.event_reader import event_runs
 from tandv_tb.disk.metadata import TagInfo
@@ -44,47 +45,13 @@ from tandv_tb.disk.record_columns import gather_ranges
 from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.numerics_cache import close_store, open_store, store_path
 from tandv_tb.numerics_ingest import event_files, run_id_of, stored_tags, update_run
+from tandv_tb.numerics_rows import Rows, Table, fetch, latest_per_step, num_rows, rows_at
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
 _SCALARS = ("dtype_code", *COUNTS, *STATISTICS)
-#: A query's result: each column as a numpy array. DuckDB's ``fetchnumpy`` gives them
-#: without pyarrow, whose conversions to and from numpy import pandas (pyarrow 26: 0.3-0.9 s,
-#: a short command's largest cost); a BLOB column holding NULLs comes back masked.
-Columns = dict[str, np.ndarray]
-
-
-@dataclasses.dataclass
-class Rows:
-    """Records of several tags of a run, sorted by (tag, step), one per (tag, step) (of
-    two records at one step the later written stays, as in TensorBoard)."""
-
-    tag_ids: np.ndarray  # int32[N]
-    steps: np.ndarray  # int64[N]
-    columns: dict[str, np.ndarray]  # name -> [N]
-    vectors: tuple[np.ndarray, np.ndarray] | None = None  # (bytes uint8, offsets int64[N+1])
-    #: Which rows of the query's result (in stored order) these are: lets another column of
-    #: the same tags be read alone (``NumericsDB.rows(layout=...)``).
-    order: np.ndarray | None = dataclasses.field(default=None, repr=False)
-    n_read: int = 0
-    _bounds: dict[int, tuple[int, int]] | None = dataclasses.field(default=None, repr=False)
-
-    def nbytes(self) -> int:
-        arrays = [self.tag_ids, self.steps, *self.columns.values()]
-        if self.order is not None:
-            arrays.append(self.order)
-        return sum(a.nbytes for a in arrays)
-
-    def bounds(self, tag_id: int) -> tuple[int, int]:
-        """The slice of one tag's rows (empty for a tag without rows)."""
-        if self._bounds is None:
-            ids = self.tag_ids
-            starts = np.flatnonzero(np.concatenate((ids[:1] == ids[:1], ids[1:] != ids[:-1])))
-            ends = np.append(starts[1:], len(ids))
-            self._bounds = dict(zip(ids[starts].tolist(), zip(starts.tolist(), ends.tolist())))
-        return self._bounds.get(tag_id, (0, 0))
 
 
 class NumericsDB:
@@ -202,8 +169,8 @@ class NumericsDB:
             where += " AND step IN (SELECT unnest(?::BIGINT[]))"
             params.append(list(steps))
         if layout is not None and layout.order is not None and wanted and not vectors:
-            table = self._columns(f"SELECT {', '.join(wanted)} FROM records WHERE {where}", params)
-            if len(table[wanted[0]]) == layout.n_read:
+            table = self._numpy(f"SELECT {', '.join(wanted)} FROM records WHERE {where}", params)
+            if num_rows(table) == layout.n_read:
                 return Rows(
                     layout.tag_ids,
                     layout.steps,
@@ -211,6 +178,7 @@ class NumericsDB:
                     order=layout.order,
                     n_read=layout.n_read,
                     _bounds=layout._bounds,
+                    _shared=layout._shared,
                 )
         select = ", ".join(["tag_id", "step", *wanted])
         if vectors:
@@ -218,27 +186,24 @@ class NumericsDB:
         cursor = self._cursor()
         cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
         try:
-            table = cursor.sql(f"SELECT {select} FROM records WHERE {where}", params=params)
-            table = table.fetchnumpy()
-            order = _latest_per_step(
+            table = fetch(cursor, f"SELECT {select} FROM records WHERE {where}", params)
+            order = latest_per_step(
                 table,
-                lambda: cursor.sql(
-                    f"SELECT file_id, seq FROM records WHERE {where}", params=params
-                ).fetchnumpy(),
+                lambda: fetch(cursor, f"SELECT file_id, seq FROM records WHERE {where}", params),
             )
         finally:
             cursor.execute("COMMIT")
-        found = _rows_at(table, order, wanted)
-        found.order, found.n_read = order, len(table["tag_id"])
+        found = rows_at(table, order, wanted)
+        found.n_read = num_rows(table)
+        found.order = order.astype(np.int32) if found.n_read < 1 << 31 else order
         if vectors:
             found.vectors = self._vectors(run, table, order)
         return found
 
-    def _vectors(self, run: str, table: Columns, order: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _vectors(self, run: str, table: Table, order: np.ndarray) -> tuple[np.ndarray, ...]:
         """The stored vectors of the rows at ``order``, laid end to end, and their offsets:
         read from the event files where they lie, or inline."""
-        file_ids = table["file_id"][order]
-        at = table["vector_offset"][order]
+        file_ids, at = table["file_id"][order], table["vector_offset"][order]
         sizes = table["vector_size"][order]
         offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         out = np.zeros(int(offsets[-1]), dtype=np.uint8)
@@ -261,8 +226,8 @@ class NumericsDB:
                 logger.warning("tandv_tb: cannot read vectors from %s: %s", path, error)
         inline = np.flatnonzero(at < 0)
         if len(inline):
-            blobs = table["vector"][order[inline]]
-            for row, blob in zip(inline.tolist(), blobs.tolist()):
+            blobs = table["vector"].take(pa.array(order[inline]))
+            for row, blob in zip(inline.tolist(), blobs.to_pylist()):
                 out[offsets[row] : offsets[row + 1]] = np.frombuffer(blob or b"", np.uint8)
         return out, offsets
 
@@ -336,13 +301,13 @@ class NumericsDB:
     def scalars(self, run: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """``{tag: (steps, values)}`` of the run's TensorBoard scalars, by step (of two
         values at one step the later written stays)."""
-        table = self._columns(
+        table = self._numpy(
             "SELECT tag, step, file_id, seq, value FROM scalars "
             "WHERE run_id = (SELECT run_id FROM runs WHERE run = ?) "
             "ORDER BY tag, step, file_id, seq",
             [run],
         )
-        tags = table["tag"].tolist()
+        tags = table["tag"].to_pylist()
         steps, values = table["step"], table["value"]
         found = {}
         for tag in dict.fromkeys(tags):
@@ -352,56 +317,54 @@ class NumericsDB:
             found[tag] = (tag_steps[keep], tag_values[keep])
         return found
 
-    def _columns(self, query: str, params: list) -> Columns:
-        return self._cursor().sql(query, params=params).fetchnumpy()
+    def _numpy(self, query: str, params: list) -> Table:
+        return fetch(self._cursor(), query, params)
 
-    def casts(self, run: str, tags: dict[int, int]) -> Rows:
+    def casts(self, run: str, tags: dict[int, int], layout: Rows | None = None) -> Rows:
         """Exact (underflow, overflow) of one format at every record of the tags, given as
-        ``{tag_id: the format's index in that tag's formats}``."""
-        table = self._columns(
-            "SELECT tag_id, step, file_id, seq, format_index, underflow, overflow FROM casts "
-            "WHERE run_id = ? AND list_contains(?::INTEGER[], tag_id) "
-            "AND list_contains(?::INTEGER[], format_index)",
-            [self._stored_run_id(run), list(tags), sorted(set(tags.values()))],
-        )
+        ``{tag_id: the format's index in that tag's formats}``.
+
+        ``layout``: ``rows`` of the same tags read while the run's data did not change.
+        Casts are stored in the order of their records, one row per record and format, so
+        where every tag holds the format at one index and no step was written twice, the
+        casts come back in the layout's row order: their tags and steps are checked
+        against it and nothing is sorted."""
+        indexes = sorted(set(tags.values()))
+        where = "run_id = ? AND list_contains(?::INTEGER[], tag_id) AND format_index = ?"
+        params = [self._stored_run_id(run), list(tags), indexes[0] if indexes else -1]
+        if len(indexes) > 1:  # the format is at another place in some tags' formats
+            where = where.replace("format_index = ?", "list_contains(?::INTEGER[], format_index)")
+            params[-1] = indexes
         wanted = np.full(max(tags, default=0) + 1, -1)
         wanted[list(tags)] = list(tags.values())
-        keep = wanted[table["tag_id"]] == table["format_index"]
-        if not keep.all():
-            table = {name: column[keep] for name, column in table.items()}
-        return _rows_at(table, _latest_per_step(table, lambda: table), ("underflow", "overflow"))
 
+        def read(columns: str) -> Table:
+            table = fetch(cursor, f"SELECT {columns} FROM casts WHERE {where}", params)
+            if len(indexes) <= 1:
+                return table
+            keep = wanted[table["tag_id"]] == table["format_index"]
+            return {name: values[keep] for name, values in table.items()}
 
-def _rows_at(table: Columns, order: np.ndarray, columns) -> Rows:
-    """The ``Rows`` of a query's result, taken at ``order`` (``_latest_per_step``)."""
-    return Rows(
-        tag_ids=table["tag_id"][order].astype(np.int32),
-        steps=table["step"][order],
-        columns={c: table[c][order] for c in columns},
-    )
-
-
-def _latest_per_step(table: Columns, written: Callable[[], Columns]) -> np.ndarray:
-    """Row order by (tag, step), keeping of each (tag, step) the last written record.
-
-    Rows come back as a few runs each ordered by (tag, step) (a stored chunk is), so a
-    stable sort on one (tag, step) key (timsort merges the runs) orders them, unless a
-    step was written twice; then a full sort on (tag, step, file, seq), whose ``file_id``
-    and ``seq`` columns (the same rows, in the same order) ``written()`` reads only then."""
-    tags, steps = table["tag_id"], table["step"]
-    if not len(tags):
-        return np.zeros(0, dtype=np.int64)
-    low = steps.min()
-    if tags.min() >= 0 and tags.max() < 1 << 22 and steps.max() - low < 1 << 40:
-        key = (tags.astype(np.int64) << 40) | (steps - low)
-        order = np.argsort(key, kind="stable")
-        ordered = key[order]
-        if (ordered[1:] > ordered[:-1]).all():  # each tag's steps once each
-            return order
-    keys = written()
-    files, seq = keys["file_id"], keys["seq"]
-    order = np.lexsort((seq, files, steps, tags))
-    t, st = tags[order], steps[order]
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = (t[1:] != t[:-1]) | (st[1:] != st[:-1])
-    return order[last]
+        cursor = self._cursor()
+        if (
+            layout is not None
+            and layout.order is not None
+            and len(indexes) == 1
+            and len(layout.order) == layout.n_read
+        ):
+            table = read("tag_id, step, underflow, overflow")
+            order = layout.order
+            if (
+                num_rows(table) == layout.n_read
+                and np.array_equal(table["tag_id"][order], layout.tag_ids)
+                and np.array_equal(table["step"][order], layout.steps)
+            ):
+                columns = {c: table[c][order] for c in ("underflow", "overflow")}
+                return dataclasses.replace(layout, columns=columns)
+        cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
+        try:
+            table = read("tag_id, step, format_index, underflow, overflow")
+            order = latest_per_step(table, lambda: read("tag_id, format_index, file_id, seq"))
+        finally:
+            cursor.execute("COMMIT")
+        return rows_at(table, order, ("underflow", "overflow"))

@@ -9,12 +9,12 @@ seq) within each chunk, and a record's stored vector is kept as its place in the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from tandv_tb.disk.chunk_values import Chunk
 from tandv_tb.disk.event_reader import read_chunk
@@ -25,6 +25,13 @@ from tandv_tb.disk.tag_table import TagTable
 logger = logging.getLogger(__name__)
 
 _HEAD_BYTES = 64  # a file whose first bytes changed was replaced
+#: Rows to append: column name -> numpy array, in the table's column order.
+Columns = dict[str, np.ndarray]
+#: Records written in one transaction, at least (chunks of a file are gathered up to it):
+#: DuckDB writes an append of a row group (122,880 rows) or more to the database file at
+#: once, and a smaller one to its write-ahead log, checkpointed again and again (measured:
+#: a run's commits took 2 s of 9 with one chunk of ~110,000 records a transaction).
+BATCH_RECORDS = 1 << 17
 
 
 def update_run(cursor, run_dir: Path, run_id: int, table: TagTable) -> bool:
@@ -54,12 +61,18 @@ def update_run(cursor, run_dir: Path, run_id: int, table: TagTable) -> bool:
         if entry is None:
             entry = (_new_file(cursor, run_id, name, head), 0, 0, head)
         file_id, consumed, n_values, _ = entry
+        pending: list[_Decoded] = []
         while consumed < size:
             chunk = read_chunk(path, consumed, table, final=False)
             if chunk.end <= consumed:
                 break
-            _ingest(cursor, run_id, file_id, n_values, chunk, table, head)
+            pending.append(_decode(run_id, file_id, n_values, chunk, table))
             consumed, n_values, changed = chunk.end, n_values + len(chunk), True
+            if sum(len(part.records["seq"]) for part in pending) >= BATCH_RECORDS:
+                _write(cursor, run_id, file_id, pending, table, (consumed, n_values, head))
+                pending = []
+        if pending:
+            _write(cursor, run_id, file_id, pending, table, (consumed, n_values, head))
     return changed
 
 
@@ -96,66 +109,97 @@ def _forget_file(cursor, file_id: int) -> None:
     cursor.execute("COMMIT")
 
 
-def _ingest(
-    cursor,
-    run_id: int,
-    file_id: int,
-    first_seq: int,
-    chunk: Chunk,
-    table: TagTable,
-    head: bytes,
-) -> None:
-    """One chunk's records, its new tags and the file's new offset, in one transaction."""
+@dataclasses.dataclass
+class _Decoded:
+    """One chunk's rows for the store's tables, and its malformed records by tag id."""
+
+    records: Columns
+    casts: Columns | None
+    nonfinite: Columns | None
+    scalars: Columns | None
+    malformed: np.ndarray
+
+
+def _decode(run_id: int, file_id: int, first_seq: int, chunk: Chunk, table: TagTable) -> _Decoded:
     for problem in chunk.problems:
         logger.warning("tandv_tb: %s", problem)
-    stored_tags = cursor.execute("SELECT count(*) FROM tags WHERE run_id = ?", [run_id]).fetchone()[
-        0
-    ]
     n_formats = np.array([len(i.formats) if i else 0 for i in table.infos], dtype=np.int64)
     rows = decode_rows(chunk.contents, chunk.sizes, n_formats[chunk.tags])
     malformed = np.bincount(chunk.tags, minlength=len(table)) - np.bincount(
         chunk.tags[rows.kept], minlength=len(table)
     )
+    records, casts = _record_rows(run_id, file_id, first_seq, chunk, rows)
+    nonfinite = _nonfinite_rows(run_id, file_id, chunk)
+    return _Decoded(
+        records, casts, nonfinite, _scalar_rows(run_id, file_id, first_seq, chunk), malformed
+    )
+
+
+def _write(
+    cursor,
+    run_id: int,
+    file_id: int,
+    parts: list[_Decoded],
+    table: TagTable,
+    file_state: tuple[int, int, bytes],
+) -> None:
+    """Chunks' rows of one file, the run's new tags and the file's new offset (consumed,
+    values read, head), in one transaction: a killed server leaves the store whole up to
+    some offset of each file."""
+    stored = cursor.execute("SELECT count(*) FROM tags WHERE run_id = ?", [run_id]).fetchone()[0]
+    malformed = np.zeros(len(table), dtype=np.int64)
+    for part in parts:
+        malformed[: len(part.malformed)] += part.malformed
     cursor.execute("BEGIN TRANSACTION")
-    if len(table) > stored_tags:
-        new = range(stored_tags, len(table))
-        tags = pa.table(
-            {
-                "run_id": pa.array([run_id] * len(new), pa.int32()),
-                "tag_id": pa.array(new, pa.int32()),
-                "tag": pa.array(table.names[stored_tags:], pa.string()),
-                "content": pa.array(table.contents[stored_tags:], pa.binary()),
-                "malformed": pa.array([0] * len(new), pa.int64()),
-            }
-        )
+    if len(table) > stored:
+        new = np.arange(stored, len(table), dtype=np.int32)
+        tags = {
+            "run_id": np.full(len(new), run_id, dtype=np.int32),
+            "tag_id": new,
+            "tag": _objects(table.names[stored:]),
+            "content": _objects(table.contents[stored:]),
+            "malformed": np.zeros(len(new), dtype=np.int64),
+        }
         _insert(cursor, "tags", tags)
     for tag_id in np.flatnonzero(malformed).tolist():
         cursor.execute(
             "UPDATE tags SET malformed = malformed + ? WHERE run_id = ? AND tag_id = ?",
             [int(malformed[tag_id]), run_id, tag_id],
         )
-    records, casts = _arrow_rows(run_id, file_id, first_seq, chunk, rows)
-    _insert(cursor, "records", records)
-    _insert(cursor, "casts", casts)
-    _insert(cursor, "nonfinite", _nonfinite_rows(run_id, file_id, chunk))
-    _insert(cursor, "scalars", _scalar_rows(run_id, file_id, first_seq, chunk))
+    for name in ("records", "casts", "nonfinite", "scalars"):
+        _insert(cursor, name, _concatenate([getattr(part, name) for part in parts]))
     cursor.execute(
         "UPDATE files SET consumed = ?, n_values = ?, head = ? WHERE file_id = ?",
-        [chunk.end, first_seq + len(chunk), head, file_id],
+        [*file_state, file_id],
     )
     cursor.execute("COMMIT")
 
 
-def _insert(cursor, table: str, rows: pa.Table | None) -> None:
-    """Append an Arrow table's rows (None or empty: nothing) to one of the store's tables."""
-    if rows is None or not rows.num_rows:
+def _concatenate(parts: list[Columns | None]) -> Columns | None:
+    found = [part for part in parts if part]
+    if len(found) <= 1:
+        return found[0] if found else None
+    return {name: np.concatenate([part[name] for part in found]) for name in found[0]}
+
+
+def _insert(cursor, table: str, rows: Columns | None) -> None:
+    """Append rows given as numpy columns in the table's order (None or empty: nothing) to
+    one of the store's tables. DuckDB scans numpy arrays as they are (building Arrow
+    tables instead would import pandas: pyarrow does, a second of a first start), but
+    reads a float NaN as NULL, pandas' rule: the store's float columns never hold NULL,
+    so NULL is put back as NaN."""
+    if not rows or not len(next(iter(rows.values()))):
         return
+    select = ", ".join(
+        f"coalesce({name}, 'NaN'::DOUBLE)" if values.dtype.kind == "f" else name
+        for name, values in rows.items()
+    )
     cursor.register("batch", rows)
-    cursor.execute(f"INSERT INTO {table} SELECT * FROM batch")
+    cursor.execute(f"INSERT INTO {table} SELECT {select} FROM batch")
     cursor.unregister("batch")
 
 
-def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> pa.Table | None:
+def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> Columns | None:
     """The watch's entries of a chunk, one row each, ``position`` in execution order."""
     rows = [
         (step, position, e.tensor_type, e.name, e.nan, e.posinf, e.neginf)
@@ -165,37 +209,40 @@ def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> pa.Table | None:
     if not rows:
         return None
     step, position, tensor_type, name, nan, posinf, neginf = zip(*rows)
-    return pa.table(
-        {
-            "run_id": pa.array([run_id] * len(rows), pa.int32()),
-            "file_id": pa.array([file_id] * len(rows), pa.int32()),
-            "step": pa.array(step, pa.int64()),
-            "position": pa.array(position, pa.int32()),
-            "tensor_type": pa.array(tensor_type, pa.string()),
-            "name": pa.array(name, pa.string()),
-            "nan": pa.array(nan, pa.int64()),
-            "posinf": pa.array(posinf, pa.int64()),
-            "neginf": pa.array(neginf, pa.int64()),
-        }
-    )
+    return {
+        "run_id": np.full(len(rows), run_id, dtype=np.int32),
+        "file_id": np.full(len(rows), file_id, dtype=np.int32),
+        "step": np.array(step, dtype=np.int64),
+        "position": np.array(position, dtype=np.int32),
+        "tensor_type": _objects(tensor_type),
+        "name": _objects(name),
+        "nan": np.array(nan, dtype=np.int64),
+        "posinf": np.array(posinf, dtype=np.int64),
+        "neginf": np.array(neginf, dtype=np.int64),
+    }
 
 
-def _scalar_rows(run_id: int, file_id: int, first_seq: int, chunk: Chunk) -> pa.Table | None:
+def _scalar_rows(run_id: int, file_id: int, first_seq: int, chunk: Chunk) -> Columns | None:
     if not chunk.scalars:
         return None
     tag, step, wall_time, value = zip(*chunk.scalars)
     n = len(tag)
-    return pa.table(
-        {
-            "run_id": pa.array([run_id] * n, pa.int32()),
-            "file_id": pa.array([file_id] * n, pa.int32()),
-            "seq": pa.array(range(first_seq, first_seq + n), pa.int64()),
-            "tag": pa.array(tag, pa.string()),
-            "step": pa.array(step, pa.int64()),
-            "wall_time": pa.array(wall_time, pa.float64()),
-            "value": pa.array(value, pa.float64()),
-        }
-    )
+    return {
+        "run_id": np.full(n, run_id, dtype=np.int32),
+        "file_id": np.full(n, file_id, dtype=np.int32),
+        "seq": np.arange(first_seq, first_seq + n, dtype=np.int64),
+        "tag": _objects(tag),
+        "step": np.array(step, dtype=np.int64),
+        "wall_time": np.array(wall_time, dtype=np.float64),
+        "value": np.array(value, dtype=np.float64),
+    }
+
+
+def _objects(values) -> np.ndarray:
+    """Strings or bytes (None for NULL) as a numpy object column."""
+    column = np.empty(len(values), dtype=object)
+    column[:] = list(values)
+    return column
 
 
 def event_files(directory: Path) -> dict[str, int]:
@@ -218,12 +265,12 @@ def _head(path: str) -> bytes:
         return b""
 
 
-def _arrow_rows(
+def _record_rows(
     run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows
-) -> tuple[pa.Table, pa.Table | None]:
+) -> tuple[Columns, Columns | None]:
     """The ``records`` and ``casts`` rows of a chunk's readable records, ordered by (tag,
     step, seq): rows are read back by tag, and a store of chunks each so ordered comes
-    back in a few sorted runs (``_latest_per_step``)."""
+    back in a few sorted runs (``numerics_rows.latest_per_step``)."""
     order = np.lexsort((rows.kept, chunk.steps[rows.kept], chunk.tags[rows.kept]))
     kept = rows.kept[order]
     n = len(kept)
@@ -246,12 +293,12 @@ def _arrow_rows(
     columns["vector_offset"] = at
     columns["vector_size"] = sizes
     inline = np.flatnonzero(at < 0)  # re-encoded vectors: kept here, the others in the file
-    blobs = [None] * n
+    blobs = np.full(n, None, dtype=object)
     contents_at = chunk.offsets[kept]
     for row in inline.tolist():
         blobs[row] = chunk.contents[contents_at[row] : contents_at[row] + sizes[row]].tobytes()
-    columns["vector"] = pa.array(blobs, pa.binary())
-    records = pa.table(columns)
+    columns["vector"] = blobs
+    records = columns
     n_pairs = (np.diff(rows.cast_starts) // 2)[order]
     if not n_pairs.any():
         return records, None
@@ -259,16 +306,14 @@ def _arrow_rows(
     first_pair = np.concatenate(([0], np.cumsum(n_pairs)[:-1]))
     pair_in_row = np.arange(len(row_of_pair)) - np.repeat(first_pair, n_pairs)
     casts = rows.casts[ragged_index(rows.cast_starts[:-1][order], 2 * n_pairs)]
-    casts = pa.table(
-        {
-            "run_id": np.full(len(row_of_pair), run_id, dtype=np.int32),
-            "file_id": np.full(len(row_of_pair), file_id, dtype=np.int32),
-            "seq": seq[row_of_pair].astype(np.int64),
-            "tag_id": tag_ids[row_of_pair].astype(np.int32),
-            "step": steps[row_of_pair],
-            "format_index": pair_in_row.astype(np.int8),
-            "underflow": casts[0::2],
-            "overflow": casts[1::2],
-        }
-    )
+    casts = {
+        "run_id": np.full(len(row_of_pair), run_id, dtype=np.int32),
+        "file_id": np.full(len(row_of_pair), file_id, dtype=np.int32),
+        "seq": seq[row_of_pair].astype(np.int64),
+        "tag_id": tag_ids[row_of_pair].astype(np.int32),
+        "step": steps[row_of_pair],
+        "format_index": pair_in_row.astype(np.int8),
+        "underflow": np.ascontiguousarray(casts[0::2]),
+        "overflow": np.ascontiguousarray(casts[1::2]),
+    }
     return records, casts

@@ -4,6 +4,7 @@ TensorBoard's scalars, and a cache of built responses."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Hashable
@@ -67,7 +68,8 @@ class NumericsStore:
         cache_dir: str | None = None,
         *,
         result_budget: int = 64 << 20,
-        column_budget: int = 128 << 20,
+        column_budget: int = 64 << 20,
+        layout_budget: int = 80 << 20,
     ):
         self._provider = data_provider
         self._db = NumericsDB(logdir, cache_dir) if logdir and os.path.isdir(logdir) else None
@@ -77,7 +79,8 @@ class NumericsStore:
             else provider_tags(data_provider)
         )
         self._results = _LRU(result_budget, lambda item: _result_size(item[1]))
-        self._columns = _LRU(column_budget, lambda rows: rows.nbytes())
+        self._columns = _LRU(column_budget, _held_size)
+        self._layouts = _LRU(layout_budget, lambda rows: rows.nbytes())
 
     def close(self) -> None:
         if self._db is not None:
@@ -141,11 +144,12 @@ class NumericsStore:
                     estimated.append(tag_id)
         casts = None
         if recorded:
-            key = (run, self.version(run), "casts", tuple(sorted(recorded.items())))
-            casts = self._columns.get(key)
-            if casts is None:
-                casts = db.casts(run, recorded)
-                self._columns.put(key, casts)
+            key = (run, self.version(run), tuple(present), "casts", *sorted(recorded.items()))
+            held = self._columns.get(key)
+            if held is None:
+                held = _in_layout(db.casts(run, recorded, layout=rows), rows)
+                self._columns.put(key, held)
+            casts = dataclasses.replace(rows, columns=held) if isinstance(held, dict) else held
         vectors = db.rows(run, estimated, (), vectors=True) if estimated and needs.bins else None
         found = []
         for entry, (tag_id, malformed) in zip(entries, ids):
@@ -155,19 +159,28 @@ class NumericsStore:
     def _rows(self, run: str, tag_ids: list[int], columns: tuple[str, ...]) -> Rows:
         """``numerics_db.rows``, each column read once per data version of the run and
         kept (within ``column_budget``), so that another metric, column count, reduction or
-        window over the same layers reads only what it has not read yet."""
-        key = (run, self.version(run), tuple(tag_ids))
-        held = self._columns.get(key)
-        missing = [c for c in columns if held is None or c not in held.columns]
-        if missing:
-            found = self._store().rows(run, tag_ids, tuple(missing), layout=held)
-            if held is not None and found.order is held.order:  # the same rows: join
-                found.columns = {**held.columns, **found.columns}
-            elif held is not None:  # the records changed in between: read them all again
-                found = self._store().rows(run, tag_ids, columns)
-            self._columns.put(key, found)
-            held = found
-        return held
+        window over the same layers reads only what it has not read yet.
+
+        The rows' layout (their tags, steps and order; ``layout_budget``) and each column are
+        kept apart: a new metric reads one column and puts it in the kept order, and
+        reading many columns never evicts the layout that every query of the run uses."""
+        base = (run, self.version(run), tuple(tag_ids))
+        layout = self._layouts.get(base)
+        held = {c: self._columns.get((*base, c)) for c in columns} if layout else {}
+        missing = tuple(c for c in columns if held.get(c) is None)
+        if missing or layout is None:
+            found = self._store().rows(run, tag_ids, missing, layout=layout)
+            if layout is not None and found.order is not layout.order:
+                # the records changed since the layout was read: read every column again
+                found, held = self._store().rows(run, tag_ids, columns), {}
+            if layout is None or found.order is not layout.order:
+                layout = dataclasses.replace(found, columns={})
+                layout.shared_steps()  # computed once per layout, shared by its copies
+                self._layouts.put(base, layout)
+            for name, values in found.columns.items():
+                self._columns.put((*base, name), values)
+                held[name] = values
+        return dataclasses.replace(layout, columns={c: held[c] for c in columns})
 
     def record(self, run: str, entry: TagEntry, step: int | None) -> tuple[int, NumericsRecord]:
         """The held step of ``entry`` nearest to ``step`` (the last when None; the earlier
@@ -236,7 +249,9 @@ def _layer(
     """One tag's ``LayerSeries`` out of the rows read for several tags."""
     start, end = rows.bounds(tag_id) if tag_id is not None else (0, 0)
     columns = {name: values[start:end] for name, values in rows.columns.items()}
-    series = LayerSeries(info, rows.steps[start:end], columns, skipped_steps=malformed)
+    shared = rows.shared_steps() if end > start else None
+    steps = shared if shared is not None else rows.steps[start:end]
+    series = LayerSeries(info, steps, columns, skipped_steps=malformed)
     if tag_id is None or format_name is None:
         return series
     if format_name in info.formats and casts is not None:
@@ -267,6 +282,21 @@ def _nearest(steps: np.ndarray, step: int) -> int:
         return right - 1
     left = right - 1
     return left if step - steps[left] <= steps[right] - step else right
+
+
+def _in_layout(found: Rows, layout: Rows) -> Rows | dict[str, np.ndarray]:
+    """Only ``found``'s columns where it has the same tags and steps as ``layout`` (casts
+    of a format every tag recorded): its tags and steps are not kept twice."""
+    same = np.array_equal(found.steps, layout.steps) and np.array_equal(
+        found.tag_ids, layout.tag_ids
+    )
+    return found.columns if same else found
+
+
+def _held_size(held: Rows | np.ndarray | dict[str, np.ndarray]) -> int:
+    if isinstance(held, dict):
+        return sum(values.nbytes for values in held.values())
+    return held.nbytes if isinstance(held, np.ndarray) else held.nbytes()
 
 
 def _result_size(result: object) -> int:

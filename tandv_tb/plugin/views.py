@@ -16,7 +16,7 @@ from tandv_tb.plugin.columns import LayerSeries, Needs, record_series
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows, union_steps
 from tandv_tb.plugin.listing import RunIndex, TagEntry
 from tandv_tb.plugin.params import MAX_STEP, Params
-from tandv_tb.plugin.responses import Matrix, Numbers
+from tandv_tb.plugin.responses import Encoded, Matrix, Numbers
 from tandv_tb.plugin.store import NumericsStore
 
 MAX_COLUMNS = 10_000
@@ -248,11 +248,17 @@ def heatmap(query: Query, index: RunIndex) -> dict:
         "format": format_name,
         "reduce": how,
         "total_steps": len(steps),
-        "columns": [
-            {"step": int(a), "first_step": int(a), "last_step": int(b), "count": int(c)}
-            for a, b, c in zip(columns.first_steps, columns.last_steps, columns.sizes)
-        ],
-        "layers": [_layer_json(e, s) for e, s in zip(entries, all_series)],
+        "columns": Encoded(
+            [
+                {"step": a, "first_step": a, "last_step": b, "count": c}
+                for a, b, c in zip(
+                    columns.first_steps.tolist(),
+                    columns.last_steps.tolist(),
+                    columns.sizes.tolist(),
+                )
+            ]
+        ),
+        "layers": Encoded([_layer_json(e, s) for e, s in zip(entries, all_series)]),
         "exact": exact,
         "values": Matrix(values, present),
         "value_range": value_range,
