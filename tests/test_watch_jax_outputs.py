@@ -4,6 +4,9 @@ same exact entries."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,3 +79,17 @@ def test_outputs_counted_in_the_program_and_copies_counted_apart_agree(tmp_path,
         int(np.isposinf(kernel).sum()),
         int(np.isneginf(kernel).sum()),
     )
+
+
+def test_outputs_the_user_drops_are_not_kept_until_step(tmp_path):
+    @jax.jit
+    def double(x):
+        return x * 2
+
+    with track(logdir=str(tmp_path), every=100) as tracker:
+        tracker.intercept(double, jnp.ones(3))
+        tracker.step()  # step 0 is tracked
+        dropped = weakref.ref(tracker.intercept(double, jnp.ones(3)))
+        gc.collect()
+        assert dropped() is None
+        tracker.step()

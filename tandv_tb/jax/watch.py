@@ -22,6 +22,7 @@ values, where a plain ``sum`` takes 0.9 ms; 2026-11-23). Counts are int32 (int64
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -118,9 +119,10 @@ class WatchResults:
         # a compiled call's counts; one value's (name, tensor type, counts); or the arrays
         # read at step()
         self._parts: list[Packed | tuple[str, str, jax.Array] | _StepArrays] = []
-        # id(array) -> (the array, its call's output counts, its row): the float outputs
-        # of this step's compiled calls, held until ``drain``
-        self._outputs: dict[int, tuple[jax.Array, jax.Array, int]] = {}
+        # id(array) -> (a weak reference to it, its call's output counts, its row): the
+        # float outputs of this step's compiled calls (weak: a call's outputs the user
+        # drops, as in gradient accumulation, are not kept alive until ``step()``)
+        self._outputs: dict[int, tuple[weakref.ref, jax.Array, int]] = {}
 
     def add_packed(self, pack: Packed, outputs: object = None) -> None:
         """A compiled call's counts; with ``pack.output_counts``, ``outputs`` are the
@@ -128,7 +130,7 @@ class WatchResults:
         self._parts.append(pack)
         if pack.output_counts is not None:
             for row, leaf in enumerate(_float_leaves(outputs)):
-                self._outputs[id(leaf)] = (leaf, pack.output_counts, row)
+                self._outputs[id(leaf)] = (weakref.ref(leaf), pack.output_counts, row)
 
     def add(self, entries: list[tuple[str, str, str, jax.Array]]) -> None:
         self._parts += [(name, tensor_type, found) for name, tensor_type, _, found in entries]
@@ -144,7 +146,7 @@ class WatchResults:
         uncounted = []
         for _, _, value in named:
             known = self._outputs.get(id(value))
-            if known is not None and known[0] is value:
+            if known is not None and known[0]() is value:
                 index = where.setdefault(id(known[1]), len(sources))
                 if index == len(sources):
                     sources.append(known[1])
