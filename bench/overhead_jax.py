@@ -16,8 +16,9 @@ machine's load changes hit them alike; compilation is excluded (all are warmed u
 
 ``--pairs N`` instead times N pairs of steps, a plain step then an untracked step with the
 watch (and a pair with a tracker without it), and prints the median and quartiles of the
-pairs' ratios: neighbouring steps see the same machine load, which a busy shared machine
-changes faster than windows of steps can follow.
+pairs' ratios, in wall time and in the process's CPU time: neighbouring steps see the
+same machine load, which a busy shared machine changes faster than windows of steps can
+follow.
 
 ``--kernels`` first times one array's statistics inside ``jax.jit`` (``kernels``).
 
@@ -182,10 +183,13 @@ def overhead(rounds: int, window: int = 10, watch_only: bool = False) -> dict[st
 def paired(pairs: int) -> dict[str, list[float]]:
     """Ratios of an untracked step (watch on, and off) to the plain step just before it."""
     training = Training()
-    ratios: dict[str, list[float]] = {"untracked steps, watch": [], "untracked steps, no watch": []}
+    labels = ("untracked steps, watch", "untracked steps, no watch")
+    ratios: dict[str, list[float]] = {
+        f"{label}{kind}": [] for label in labels for kind in ("", ", CPU time")
+    }
     with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
         steps = {}
-        for label in ratios:
+        for label in labels:
             watch = label.endswith(", watch")
             tracker = stack.enter_context(
                 track(logdir=f"{logdir}/{watch}", every=10**9, watch_nonfinite=watch)
@@ -197,9 +201,18 @@ def paired(pairs: int) -> dict[str, list[float]]:
             training.plain()
         for _ in range(pairs):
             for label, step in steps.items():
-                plain = timed(training.plain, 1)
-                ratios[label].append(timed(step, 1) / plain)
+                plain, plain_cpu = _wall_and_cpu(training.plain)
+                wall, cpu = _wall_and_cpu(step)
+                ratios[label].append(wall / plain)
+                ratios[f"{label}, CPU time"].append(cpu / plain_cpu)
     return ratios
+
+
+def _wall_and_cpu(step: Callable[[], None]) -> tuple[float, float]:
+    """Seconds of one step: wall time, and the process's CPU time (all its threads)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    step()
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def kernels(repeats: int = 30) -> None:

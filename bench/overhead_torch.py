@@ -13,8 +13,9 @@ watch's variants (more rounds in the same time).
 
 ``--pairs N`` times N pairs of steps, a plain step then an untracked step with the watch
 (and a pair with a tracker without it), each variant its own copy of the model, and
-prints the median and quartiles of the pairs' ratios: neighbouring steps see the same
-machine load, which a busy shared machine changes faster than rounds can follow.
+prints the median and quartiles of the pairs' ratios, in wall time and in the process's
+CPU time: neighbouring steps see the same machine load, which a busy shared machine
+changes faster than rounds can follow.
 
 ``--watch-share`` times the watch's own code inside untracked steps (every call of its
 hooks and its work at ``step()``), in wall time and in the training thread's CPU time
@@ -185,9 +186,10 @@ def paired(pairs: int) -> dict[str, list[float]]:
     """Ratios of an untracked step (watch on, and off) to the plain step just before it."""
     plain_model, plain_optimizer = make_model()
     ratios: dict[str, list[float]] = {UNTRACKED: [], UNTRACKED_OFF: []}
+    ratios |= {f"{label}, CPU time": [] for label in ratios}
     with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
         steps = {}
-        for label in ratios:
+        for label in (UNTRACKED, UNTRACKED_OFF):
             model, optimizer = make_model()
             tracker = stack.enter_context(
                 track(
@@ -205,9 +207,18 @@ def paired(pairs: int) -> dict[str, list[float]]:
             train_step(plain_model, plain_optimizer)
         for _ in range(pairs):
             for label, step in steps.items():
-                plain = timed(lambda: train_step(plain_model, plain_optimizer), 1)[0]
-                ratios[label].append(timed(step, 1)[0] / plain)
+                plain, plain_cpu = _wall_and_cpu(lambda: train_step(plain_model, plain_optimizer))
+                wall, cpu = _wall_and_cpu(step)
+                ratios[label].append(wall / plain)
+                ratios[f"{label}, CPU time"].append(cpu / plain_cpu)
     return ratios
+
+
+def _wall_and_cpu(step: Callable[[], None]) -> tuple[float, float]:
+    """Seconds of one step: wall time, and the process's CPU time (all its threads)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    step()
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def _tracked_step(model: nn.Module, optimizer: torch.optim.Optimizer, tracker) -> None:

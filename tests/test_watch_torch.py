@@ -194,7 +194,7 @@ def test_the_bit_pattern_check_finds_nan_and_inf_and_only_them(dtype):
 
 def test_finite_values_whose_sum_overflows_write_nothing(tmp_path):
     poison = Poison({1: [3e38] * 36})  # finite, but their float32 sum is +inf
-    model = nn.Sequential(poison, Transposed())  # a strided output: checked by its sum
+    model = nn.Sequential(poison, Transposed())  # a transposed output: read in memory order
     model.requires_grad_(False)
     scale = nn.Parameter(torch.ones(()))
     optimizer = torch.optim.SGD([scale], lr=1e-2)

@@ -6,6 +6,8 @@ same options, with module interception active while it is traced. The program re
 user's outputs and three small arrays: which ``Layout`` of slots the trace produced (a
 constant of the program) and every recorded value's counts and moments, packed. Nothing
 else leaves the program; the user's own compiled function still runs on untracked steps.
+The watch's variant may also return a small array computed from the user's outputs
+(``count_outputs``: their NaN/Inf counts, which ``step()`` reuses).
 """
 
 from __future__ import annotations
@@ -109,16 +111,22 @@ class Packed:
     layout: jax.Array
     counts: jax.Array
     moments: jax.Array
+    output_counts: jax.Array | None = None  # ``count_outputs`` of the call's outputs
 
 
 class TrackedFunction:
-    """``unwrapped`` compiled with interception; calls return ``(outputs, Packed)``."""
+    """``unwrapped`` compiled with interception; calls return ``(outputs, Packed)``.
+
+    ``count_outputs`` (traced on the outputs) adds its result to the program's, as
+    ``Packed.output_counts``.
+    """
 
     def __init__(
         self,
         unwrapped: Unwrapped,
         new_collector: Callable[[], Collector],
         on_trace: Callable[[Collector], None],
+        count_outputs: Callable[[object], jax.Array] | None = None,
     ) -> None:
         self._layouts: list[list[Slot]] = []
         inner = unwrapped.fun
@@ -131,7 +139,9 @@ class TrackedFunction:
             slots, counts, moments = collector.pack()
             on_trace(collector)
             self._layouts.append(slots)
-            return outputs, (jnp.asarray(len(self._layouts) - 1, jnp.int32), counts, moments)
+            layout = jnp.asarray(len(self._layouts) - 1, jnp.int32)
+            extra = None if count_outputs is None else count_outputs(outputs)
+            return outputs, (layout, counts, moments, extra)
 
         if unwrapped.flavour == "nnx":
             from flax import nnx
@@ -141,5 +151,5 @@ class TrackedFunction:
             self._jitted = jax.jit(traced, **unwrapped.options)
 
     def __call__(self, *args, **kwargs) -> tuple[object, Packed]:
-        outputs, (layout, counts, moments) = self._jitted(*args, **kwargs)
-        return outputs, Packed(self._layouts, layout, counts, moments)
+        outputs, (layout, counts, moments, extra) = self._jitted(*args, **kwargs)
+        return outputs, Packed(self._layouts, layout, counts, moments, extra)

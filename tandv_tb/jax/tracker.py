@@ -15,7 +15,7 @@ from tandv_tb.jax.interception import intercepting
 from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
-from tandv_tb.jax.watch import WatchCollector, WatchResults
+from tandv_tb.jax.watch import WatchCollector, WatchResults, output_counts
 from tandv_tb.orders import Orders
 from tandv_tb.tracker_base import TrackerBase, TrackOptions
 from tandv_tb.tracking import Patterns, SkipLog
@@ -76,7 +76,10 @@ class Tracker(TrackerBase):
             return fn(*args, **kwargs)
         if compiled is not None:
             outputs, packed = compiled(*args, **kwargs)
-            (self._watch if watch else self._results).add_packed(packed)
+            if watch:
+                self._watch.add_packed(packed, outputs)
+            else:
+                self._results.add_packed(packed)
             return outputs
         collector = self._new_collector(watch)
         with intercepting(collector, args, kwargs):
@@ -113,7 +116,12 @@ class Tracker(TrackerBase):
         known = self._functions.get(key)
         if known is not None and known[0] is unwrapped.fun and known[1] == unwrapped.options:
             return known[2]
-        tracked = TrackedFunction(unwrapped, lambda: self._new_collector(watch), self._learn)
+        # The watch's jax.jit variant also counts what it returns, for step() (NNX's
+        # outputs are not the arrays the function returned).
+        count_outputs = output_counts if watch and unwrapped.flavour == "jax" else None
+        tracked = TrackedFunction(
+            unwrapped, lambda: self._new_collector(watch), self._learn, count_outputs
+        )
         self._functions[key] = (unwrapped.fun, unwrapped.options, tracked)
         return tracked
 

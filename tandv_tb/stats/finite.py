@@ -14,11 +14,15 @@ import numpy as np
 
 from tandv_tb.stats._cpu_kernel import _same_width_and, _same_width_max
 
-#: Unsigned-magnitude mask and +Inf pattern, by float width in bytes, of the IEEE formats;
-#: bfloat16 has its own +Inf pattern.
-_PATTERNS = {8: (0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000), 4: (0x7FFF_FFFF, 0x7F80_0000)}
-_HALF = {"float16": 0x7C00, "bfloat16": 0x7F80}
-_INTS = {8: np.int64, 4: np.int32, 2: np.int16}
+#: By float format: the integer type its patterns are read as, the magnitude mask (in that
+#: type, as the kernel takes it) and +Inf's pattern. Worked out once: a check is called
+#: hundreds of times a training step, mostly on small arrays.
+_FORMATS = {
+    "float64": (np.int64, np.int64(0x7FFF_FFFF_FFFF_FFFF), 0x7FF0_0000_0000_0000),
+    "float32": (np.int32, np.int32(0x7FFF_FFFF), 0x7F80_0000),
+    "float16": (np.int16, np.int16(0x7FFF), 0x7C00),
+    "bfloat16": (np.int16, np.int16(0x7FFF), 0x7F80),
+}
 
 
 @numba.njit(cache=True, nogil=True)
@@ -32,10 +36,5 @@ def _largest_magnitude(bits, sign_mask):
 def has_nonfinite(values: np.ndarray, dtype_name: str) -> bool:
     """Whether ``values`` (a C-contiguous array of the float format ``dtype_name``, or its
     bit patterns) holds NaN or Inf."""
-    width = values.dtype.itemsize
-    if width == 2:
-        mask, inf = 0x7FFF, _HALF[dtype_name]
-    else:
-        mask, inf = _PATTERNS[width]
-    bits = values.reshape(-1).view(_INTS[width])
-    return int(_largest_magnitude(bits, bits.dtype.type(mask))) >= inf
+    patterns, mask, inf = _FORMATS[dtype_name]
+    return _largest_magnitude(values.reshape(-1).view(patterns), mask) >= inf

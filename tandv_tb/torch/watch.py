@@ -4,13 +4,16 @@ On a step the tracker does not track, every tensor it would track is checked whe
 lies, without a host sync per tensor:
 
 - a CPU tensor by one pass over its bit patterns in the calling thread
-  (``tandv_tb.stats.finite``; a strided or float8 tensor by one ``sum``, whose overflow
-  is told from NaN/Inf by counting), read at once: on the CPU there is no device to wait
-  for. Only a tensor found non-finite is counted exactly. The work stays in the training
-  thread: a torch reduction wakes torch's OpenMP workers, which inside a training step
-  cost more than the reduction (a ``sum`` of 12.6 M float32 values: 186 ms against
-  3.3 ms for numpy's on the shared 2-core VM under load, 2026-11-23), as the statistics
-  kernel found;
+  (``tandv_tb.stats.finite``), read at once: on the CPU there is no device to wait for. A
+  tensor whose values are dense in memory in another order of its dimensions (a
+  transposed gradient: 8 tensors, 4 M values a step of the reference workload) is read
+  through the permutation that makes it contiguous, in memory order; only other strided
+  tensors and float8 ones are summed (numpy's strided ``sum``), a sum's overflow told
+  from NaN/Inf by counting. Only a tensor found non-finite is counted exactly. The work
+  stays in the training thread: a torch reduction wakes torch's OpenMP workers, which
+  inside a training step cost more than the reduction (a ``sum`` of 12.6 M float32
+  values: 186 ms against 3.3 ms for numpy's on the shared 2-core VM under load,
+  2026-11-23), as the statistics kernel found;
 - a tensor on another device by its NaN, +Inf and -Inf counts, computed there and kept
   there until ``step()``, which reads all of them in one transfer per device.
 
@@ -35,11 +38,13 @@ from tandv_tb.torch.recorder import DTensor
 from tandv_tb.torch.skips import untrackable_reason
 
 _NUMPY_SUMMED = (torch.float32, torch.float64, torch.float16)
+#: Formats checked by their bit patterns: the dtype to view a tensor as first (numpy has
+#: no bfloat16: its patterns are viewed as int16), or None, and the format's name.
 _PATTERNS = {
-    torch.float32: (torch.float32, "float32"),
-    torch.float64: (torch.float64, "float64"),
-    torch.float16: (torch.float16, "float16"),
-    torch.bfloat16: (torch.int16, "bfloat16"),  # numpy has no bfloat16: its patterns
+    torch.float32: (None, "float32"),
+    torch.float64: (None, "float64"),
+    torch.float16: (None, "float16"),
+    torch.bfloat16: (torch.int16, "bfloat16"),
 }
 
 
@@ -55,9 +60,22 @@ def _on_host(tensor: torch.Tensor) -> bool:
 def _may_be_nonfinite(tensor: torch.Tensor) -> bool:
     """False where a CPU tensor surely holds no NaN/Inf."""
     pattern = _PATTERNS.get(tensor.dtype)
-    if pattern is not None and tensor.is_contiguous():
-        return has_nonfinite(tensor.view(pattern[0]).numpy(), pattern[1])
-    return not _sum_is_finite(tensor)
+    dense = None if pattern is None else _in_memory_order(tensor)
+    if dense is None:
+        return not _sum_is_finite(tensor)
+    if pattern[0] is not None:
+        dense = dense.view(pattern[0])
+    return has_nonfinite(dense.numpy(), pattern[1])
+
+
+def _in_memory_order(tensor: torch.Tensor) -> torch.Tensor | None:
+    """A contiguous view of ``tensor``'s values (its dimensions permuted into memory
+    order) where they are dense in memory, else None (a broadcast or sliced tensor)."""
+    if tensor.is_contiguous():
+        return tensor
+    order = sorted(range(tensor.dim()), key=tensor.stride, reverse=True)
+    permuted = tensor.permute(order)
+    return permuted if permuted.is_contiguous() else None
 
 
 def _sum_is_finite(tensor: torch.Tensor) -> bool:

@@ -1,0 +1,95 @@
+"""The PyTorch watch on tensors that are not contiguous: a permuted one is read in memory
+order by the bit-pattern check, a sliced or broadcast one is summed; both count exactly
+and report only NaN/Inf."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.torch import track, watch
+
+NAN, INF = float("nan"), float("inf")
+
+
+class Reshaped(nn.Module):
+    """A linear layer whose output is written into at one step and returned as
+    ``layout(output)`` (a view that is not contiguous)."""
+
+    def __init__(self, layout, bad: list[float], at: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 24)
+        self.layout, self.bad, self.at = layout, bad, at
+        self.step = 0
+        self.returned: torch.Tensor | None = None
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.step == self.at:
+            y = y.clone()
+            y.view(-1)[: len(self.bad)] = torch.tensor(self.bad)
+        out = self.layout(y.view(-1, 4, 6))
+        if self.step == self.at:
+            self.returned = out.detach()  # a view, as returned
+        return out
+
+
+LAYOUTS = {
+    "transposed": lambda y: y.transpose(1, 2),
+    "permuted": lambda y: y.permute(2, 0, 1),
+    "sliced": lambda y: y[:, ::2],
+}
+
+
+def _train(logdir, module: Reshaped, steps: int = 4) -> None:
+    optimizer = torch.optim.SGD(module.parameters(), lr=1e-3)
+    with track(module, logdir=str(logdir), optimizer=optimizer, every=100) as tracker:
+        for step in range(steps):
+            module.step = step
+            loss = torch.nan_to_num(module(torch.randn(8, 6))).mean() * 0
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            tracker.step()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_nan_and_both_infs_counted_exactly_in_every_layout(tmp_path, layout):
+    bad = [NAN, INF, -INF, INF, 1.0, -INF, NAN, 0.0, -INF]  # the first row of 6, and more
+    module = Reshaped(LAYOUTS[layout], bad, at=2)
+    _train(tmp_path, module)
+    assert not module.returned.is_contiguous()
+    values = module.returned.numpy()
+    want = NonfiniteEntry(
+        "Activation",
+        "Reshaped",
+        int(np.isnan(values).sum()),
+        int(np.isposinf(values).sum()),
+        int(np.isneginf(values).sum()),
+    )
+    assert want.posinf and want.neginf  # both infinities, also where a sum gives NaN
+    found = read_nonfinite(tmp_path)
+    assert [s.step for s in found] == [2]
+    assert list(found[0].entries) == [want]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_finite_values_whose_sum_overflows_are_not_reported(tmp_path, layout):
+    module = Reshaped(LAYOUTS[layout], [3e38] * 144, at=2)  # the whole output
+    _train(tmp_path, module)
+    assert torch.isinf(module.returned.sum())
+    assert read_nonfinite(tmp_path) == []
+
+
+def test_a_permuted_tensor_is_read_in_place_and_others_are_not():
+    base = torch.randn(3, 4, 5)
+    size_one = torch.randn(3, 1, 5).transpose(0, 2)
+    for view in (base.transpose(0, 2), base.permute(1, 2, 0), size_one):
+        dense = watch._in_memory_order(view)
+        assert dense.is_contiguous() and dense.data_ptr() == view.data_ptr()
+        assert sorted(dense.flatten().tolist()) == sorted(view.flatten().tolist())
+    assert watch._in_memory_order(base[:, ::2]) is None
+    assert watch._in_memory_order(torch.randn(4, 1).expand(4, 3)) is None
