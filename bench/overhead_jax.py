@@ -45,6 +45,7 @@ from flax import linen as nn
 
 sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 
+from bench.timing import wall_and_cpu  # noqa: E402
 from tandv_tb.jax import track  # noqa: E402
 
 VOCAB, WIDTH, HEADS, HIDDEN, DEPTH, LENGTH, BATCH = 512, 256, 4, 1024, 4, 128, 16
@@ -201,18 +202,11 @@ def paired(pairs: int) -> dict[str, list[float]]:
             training.plain()
         for _ in range(pairs):
             for label, step in steps.items():
-                plain, plain_cpu = _wall_and_cpu(training.plain)
-                wall, cpu = _wall_and_cpu(step)
+                plain, plain_cpu = wall_and_cpu(training.plain)
+                wall, cpu = wall_and_cpu(step)
                 ratios[label].append(wall / plain)
                 ratios[f"{label}, CPU time"].append(cpu / plain_cpu)
     return ratios
-
-
-def _wall_and_cpu(step: Callable[[], None]) -> tuple[float, float]:
-    """Seconds of one step: wall time, and the process's CPU time (all its threads)."""
-    start, cpu = time.perf_counter(), time.process_time()
-    step()
-    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def kernels(repeats: int = 30) -> None:

@@ -51,6 +51,7 @@ from torch import nn
 
 sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 
+from bench.timing import wall_and_cpu  # noqa: E402
 from tandv_tb.torch import track  # noqa: E402
 from tests.test_torch_support import GPT, gpt_loss  # noqa: E402
 
@@ -207,18 +208,11 @@ def paired(pairs: int) -> dict[str, list[float]]:
             train_step(plain_model, plain_optimizer)
         for _ in range(pairs):
             for label, step in steps.items():
-                plain, plain_cpu = _wall_and_cpu(lambda: train_step(plain_model, plain_optimizer))
-                wall, cpu = _wall_and_cpu(step)
+                plain, plain_cpu = wall_and_cpu(lambda: train_step(plain_model, plain_optimizer))
+                wall, cpu = wall_and_cpu(step)
                 ratios[label].append(wall / plain)
                 ratios[f"{label}, CPU time"].append(cpu / plain_cpu)
     return ratios
-
-
-def _wall_and_cpu(step: Callable[[], None]) -> tuple[float, float]:
-    """Seconds of one step: wall time, and the process's CPU time (all its threads)."""
-    start, cpu = time.perf_counter(), time.process_time()
-    step()
-    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def _tracked_step(model: nn.Module, optimizer: torch.optim.Optimizer, tracker) -> None:

@@ -1,0 +1,13 @@
+"""Timing shared by the overhead benchmarks (no framework imported here)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def wall_and_cpu(step: Callable[[], None]) -> tuple[float, float]:
+    """Seconds of one step: wall time, and the process's CPU time (all its threads)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    step()
+    return time.perf_counter() - start, time.process_time() - cpu
