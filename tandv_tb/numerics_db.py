@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -69,6 +70,11 @@ class NumericsDB:
         self._requested_path = store_path(logdir, cache_dir)
         self._connection, self.path = open_store(self._requested_path)
         self._write_lock = threading.Lock()
+        self._waiting = 0  # requests waiting for the write lock: a background build yields
+        self._waiting_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._builder: threading.Thread | None = None
+        self._building: str | None = None  # the run a background build is reading
         self._checked: dict[str, float] = {}
         self._tables: dict[str, TagTable] = {}
         self._versions: dict[str, int] = {}
@@ -80,8 +86,45 @@ class NumericsDB:
         return self._connection.cursor()
 
     def close(self) -> None:
-        """Close the store; a temporary one is deleted."""
+        """Close the store (after a background build has stopped at its next transaction);
+        a temporary one is deleted."""
+        self._closing.set()
+        if self._builder is not None:
+            self._builder.join()
         close_store(self._connection, self.path, self._requested_path)
+
+    def build_in_background(self) -> None:
+        """Read every run's event files now, in a daemon thread, as TensorBoard's own data
+        server does at its start: a first start finds the store built (or building) when
+        the tab first asks, instead of beginning then. A request for a run goes before it:
+        the build yields the write lock after its current transaction."""
+        self._builder = threading.Thread(
+            target=self._build_every_run, name="tandv_tb store build", daemon=True
+        )
+        self._builder.start()
+
+    def _build_every_run(self) -> None:
+        try:
+            runs = self.runs()
+        except OSError as error:  # the logdir went away: runs are read when asked for
+            logger.warning("tandv_tb: could not list the runs under %s: %s", self.logdir, error)
+            return
+        for run in runs:
+            self._building = run
+            while not self._closing.is_set():
+                if self._waiting:
+                    time.sleep(0.01)
+                    continue
+                with self._write_lock:
+                    if run in self._checked or self._closing.is_set():
+                        break  # a request read it meanwhile
+                    if self._update_logged(run, pause=self._yield_to_requests):
+                        self._checked[run] = time.monotonic()
+                        break
+        self._building = None
+
+    def _yield_to_requests(self) -> bool:
+        return self._waiting > 0 or self._closing.is_set()
 
     # -- keeping up with the files -----------------------------------------------------------
     def refresh(self, run: str) -> int:
@@ -91,29 +134,42 @@ class NumericsDB:
         last = self._checked.get(run)
         if last is not None and now - last < self._refresh_secs:
             return self._versions.get(run, 0)
-        with self._write_lock:
-            if self._checked.get(run) == last:
-                cursor = self._cursor()
-                try:
-                    self._update(cursor, run)
-                except (duckdb.Error, OSError) as error:  # serve what is stored
-                    logger.warning("tandv_tb: could not update run %r in the store: %s", run, error)
-                    self._tables.pop(run, None)  # reloaded from what was committed
-                    with contextlib.suppress(duckdb.Error):
-                        cursor.execute("ROLLBACK")
-                self._checked[run] = time.monotonic()
+        with self._waiting_lock:
+            self._waiting += 1
+        try:
+            with self._write_lock:
+                if self._checked.get(run) == last:
+                    self._update_logged(run)
+                    self._checked[run] = time.monotonic()
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
         return self._versions.get(run, 0)
+
+    def _update_logged(self, run: str, pause: Callable[[], bool] | None = None) -> bool:
+        """``_update`` under the write lock, a failure logged (what is stored is served):
+        whether the run was read to its end."""
+        cursor = self._cursor()
+        try:
+            return self._update(cursor, run, pause)
+        except (duckdb.Error, OSError) as error:
+            logger.warning("tandv_tb: could not update run %r in the store: %s", run, error)
+            self._tables.pop(run, None)  # reloaded from what was committed
+            with contextlib.suppress(duckdb.Error):
+                cursor.execute("ROLLBACK")
+            return True
 
     def _run_dir(self, run: str) -> Path:
         return Path(self.logdir) if run == "." else Path(self.logdir, *run.split("/"))
 
-    def _update(self, cursor, run: str) -> None:
+    def _update(self, cursor, run: str, pause: Callable[[], bool] | None) -> bool:
         run_id = run_id_of(cursor, run)
         if run not in self._tables:
             self._tables[run] = stored_tags(cursor, run_id)
-        changed = update_run(cursor, self._run_dir(run), run_id, self._tables[run])
+        changed, finished = update_run(cursor, self._run_dir(run), run_id, self._tables[run], pause)
         if changed or run not in self._versions:
             self._versions[run] = self._versions.get(run, 0) + 1
+        return finished
 
     def _stored_run_id(self, run: str) -> int:
         """The run's id in the store (-1, matching nothing, for a run never read)."""
@@ -244,7 +300,12 @@ class NumericsDB:
         return bool(event_files(self._run_dir(run)))
 
     def has_read(self, run: str) -> bool:
-        """Whether the run was read before (in this process, or by an earlier start)."""
+        """Whether the run was read before (in this process, or by an earlier start); not
+        while a background build reads it for the first time."""
+        if run in self._checked:
+            return True
+        if run == self._building:
+            return False
         if run in self._versions:
             return True
         found = self._cursor().execute(

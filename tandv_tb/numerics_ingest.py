@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +35,14 @@ Columns = dict[str, np.ndarray]
 BATCH_RECORDS = 1 << 17
 
 
-def update_run(cursor, run_dir: Path, run_id: int, table: TagTable) -> bool:
+def update_run(
+    cursor, run_dir: Path, run_id: int, table: TagTable, pause: Callable[[], bool] | None = None
+) -> tuple[bool, bool]:
     """Store what is new in the run's event files (new bytes, new files; a deleted file's
-    records are dropped, a replaced or shrunk file is read again); whether anything
-    changed."""
+    records are dropped, a replaced or shrunk file is read again): whether anything
+    changed, and whether the run is now read to its end. ``pause`` is asked between
+    transactions: when it says so, the update stops there (the store is whole up to that
+    offset; the next update goes on from it)."""
     known = {
         name: (file_id, consumed, n_values, head)
         for file_id, name, consumed, n_values, head in cursor.execute(
@@ -63,6 +68,8 @@ def update_run(cursor, run_dir: Path, run_id: int, table: TagTable) -> bool:
         file_id, consumed, n_values, _ = entry
         pending: list[_Decoded] = []
         while consumed < size:
+            if not pending and pause is not None and pause():  # between transactions
+                return changed, False
             chunk = read_chunk(path, consumed, table, final=False)
             if chunk.end <= consumed:
                 break
@@ -73,7 +80,7 @@ def update_run(cursor, run_dir: Path, run_id: int, table: TagTable) -> bool:
                 pending = []
         if pending:
             _write(cursor, run_id, file_id, pending, table, (consumed, n_values, head))
-    return changed
+    return changed, True
 
 
 def run_id_of(cursor, run: str) -> int:

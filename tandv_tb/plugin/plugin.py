@@ -69,6 +69,8 @@ class NumericsPlugin(base_plugin.TBPlugin):
             if context.data_provider
             else None
         )
+        if self._store is not None:
+            self._store.build_in_background()
 
     def get_plugin_apps(self) -> dict[str, Callable]:
         apps = {

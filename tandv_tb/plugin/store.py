@@ -94,6 +94,11 @@ class NumericsStore:
             )
         return self._db
 
+    def build_in_background(self) -> None:
+        """Start reading every run into the store (``NumericsDB.build_in_background``)."""
+        if self._db is not None:
+            self._db.build_in_background()
+
     def numerics_db(self) -> NumericsDB:
         """The store of every recorded step (404 without a local logdir)."""
         return self._store()
