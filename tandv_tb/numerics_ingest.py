@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from tandv_tb.disk.chunk_values import Chunk
 from tandv_tb.disk.event_reader import read_chunk
@@ -190,20 +191,43 @@ def _concatenate(parts: list[Columns | None]) -> Columns | None:
 
 
 def _insert(cursor, table: str, rows: Columns | None) -> None:
-    """Append rows given as numpy columns in the table's order (None or empty: nothing) to
-    one of the store's tables. DuckDB scans numpy arrays as they are (building Arrow
-    tables instead would import pandas: pyarrow does, a second of a first start), but
-    reads a float NaN as NULL, pandas' rule: the store's float columns never hold NULL,
-    so NULL is put back as NaN."""
+    """Append rows given as numpy columns by name (None or empty: nothing) to one of the
+    store's tables.
+
+    Numeric columns go in as Arrow arrays over the numpy buffers (no copy, NaN stays NaN;
+    0.2-0.45 s less CPU than scanning the numpy arrays for a run of 2.5 M records,
+    2026-11-23), a column of NULLs only is left to its default. A column of other objects
+    (tags, names, inline vectors) is scanned by DuckDB from numpy: building Arrow arrays
+    from Python objects imports pandas (a second of a first start), and numpy's scan reads
+    a float NaN as NULL, pandas' rule, so NULL is put back as NaN there."""
     if not rows or not len(next(iter(rows.values()))):
         return
-    select = ", ".join(
-        f"coalesce({name}, 'NaN'::DOUBLE)" if values.dtype.kind == "f" else name
-        for name, values in rows.items()
-    )
-    cursor.register("batch", rows)
-    cursor.execute(f"INSERT INTO {table} SELECT {select} FROM batch")
+    objects = {name for name, values in rows.items() if values.dtype == object}
+    if any(rows[name].dtype.kind not in "iufO" for name in rows) or any(
+        np.not_equal(rows[name], None).any() for name in objects
+    ):
+        names = list(rows)
+        select = ", ".join(
+            f"coalesce({name}, 'NaN'::DOUBLE)" if values.dtype.kind == "f" else name
+            for name, values in rows.items()
+        )
+        batch = rows
+    else:
+        names = [name for name in rows if name not in objects]
+        select = "*"
+        batch = pa.Table.from_arrays([_arrow(rows[name]) for name in names], names=names)
+    cursor.register("batch", batch)
+    cursor.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT {select} FROM batch")
     cursor.unregister("batch")
+
+
+def _arrow(values: np.ndarray) -> pa.Array:
+    """A numeric numpy column as an Arrow array over the same memory (``pa.array`` would
+    import pandas)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)]
+    )
 
 
 def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> Columns | None:
