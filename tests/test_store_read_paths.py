@@ -12,6 +12,7 @@ import numpy as np
 from tandv_tb import numerics_ingest
 from tandv_tb.disk.event_reader import read_chunk
 from tandv_tb.numerics_db import NumericsDB
+from tandv_tb.numerics_rows import HeldLayout
 from tandv_tb.writer import NumericsWriter, RecordItem
 from tests.plugin_helpers import make_record
 
@@ -92,5 +93,37 @@ def test_a_nan_statistic_stays_nan(tmp_path):
         assert rows.columns["numel"][at] == 0
         assert np.isnan(rows.columns["mean"][at])  # NaN, not a NULL read back as something
         assert np.isfinite(np.delete(rows.columns["mean"], at)).all()
+    finally:
+        db.close()
+
+
+def _same_rows(a, b) -> None:
+    assert a.tag_ids.dtype == b.tag_ids.dtype and a.steps.dtype == b.steps.dtype
+    assert a.tag_ids.tolist() == b.tag_ids.tolist() and a.steps.tolist() == b.steps.tolist()
+    assert a.order is b.order and a.n_read == b.n_read
+    assert [a.bounds(t) for t in range(-1, 4)] == [b.bounds(t) for t in range(-1, 4)]
+
+
+def test_a_held_layout_gives_back_every_rows_tag_and_step(tmp_path):
+    """Layers at the same steps: kept compact (a fraction of the size), made again exactly;
+    layers at different steps (the last layer not written at the last step): kept whole."""
+    _write(tmp_path / "logs" / "same", list(range(0, 60, 3)))
+    _write(tmp_path / "logs" / "gap", list(range(30)))
+    _write(tmp_path / "logs" / "gap", [30], layers=2)
+    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
+    try:
+        for run, compact in (("same", True), ("gap", False)):
+            db.refresh(run)
+            ids = [db.tags(run)[f"tandv/Activation/layers.{i}"][0] for i in range(3)]
+            layout = db.rows(run, ids, ())
+            held = HeldLayout.of(layout)
+            assert (held.tags is not None) == compact
+            _same_rows(held.layout(), layout)
+            if compact:
+                assert held.nbytes() * 2 < layout.nbytes()  # 4 bytes a row against 16
+            again = db.rows(run, ids, ("mean",), layout=held.layout())
+            assert again.order is layout.order  # only the column was read
+            whole = db.rows(run, ids, ("mean",))
+            assert again.columns["mean"].tobytes() == whole.columns["mean"].tobytes()
     finally:
         db.close()

@@ -17,6 +17,7 @@ from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, decode_tensor
 from tandv_tb.numerics_db import NumericsDB, Rows
+from tandv_tb.numerics_rows import HeldLayout
 from tandv_tb.plugin.columns import Bins, LayerSeries, Needs
 from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry, provider_tags, store_tags
 
@@ -80,7 +81,7 @@ class NumericsStore:
         )
         self._results = _LRU(result_budget, lambda item: _result_size(item[1]))
         self._columns = _LRU(column_budget, _held_size)
-        self._layouts = _LRU(layout_budget, lambda rows: rows.nbytes())
+        self._layouts = _LRU(layout_budget, lambda held: held.nbytes())
 
     def close(self) -> None:
         if self._db is not None:
@@ -170,7 +171,8 @@ class NumericsStore:
         kept apart: a new metric reads one column and puts it in the kept order, and
         reading many columns never evicts the layout that every query of the run uses."""
         base = (run, self.version(run), tuple(tag_ids))
-        layout = self._layouts.get(base)
+        held_layout = self._layouts.get(base)
+        layout = held_layout.layout() if held_layout is not None else None
         held = {c: self._columns.get((*base, c)) for c in columns} if layout else {}
         missing = tuple(c for c in columns if held.get(c) is None)
         if missing or layout is None:
@@ -181,7 +183,7 @@ class NumericsStore:
             if layout is None or found.order is not layout.order:
                 layout = dataclasses.replace(found, columns={})
                 layout.shared_steps()  # computed once per layout, shared by its copies
-                self._layouts.put(base, layout)
+                self._layouts.put(base, HeldLayout.of(layout))
             for name, values in found.columns.items():
                 self._columns.put((*base, name), values)
                 held[name] = values
