@@ -1,4 +1,4 @@
-"""The compiled (numba) loops of the disk format: varints and byte gathering.
+"""The compiled (numba) loops of the disk format: varints, stored records and byte gathering.
 
 Apart from the modules that call them, so that importing the format (as TensorBoard's
 plugin process does at start) does not load numba: they import this module on first use.
@@ -59,3 +59,99 @@ def unleb128(data, sizes):
 def gather(data, starts, sizes, out, out_starts):
     for i in range(len(starts)):
         out[out_starts[i] : out_starts[i] + sizes[i]] = data[starts[i] : starts[i] + sizes[i]]
+
+
+#: The columns of ``scan_records``'s body facts.
+NEGATIVE_BINS, BIN_SUM, NEGATIVE_CASTS, STAT_MIN, STAT_MAX = range(5)
+
+
+@numba.njit(cache=True, nogil=True)
+def scan_records(data, sizes, n_formats, header_len, n_stats):
+    """Records' varints decoded, row by row (``sizes[i]`` bytes, -1 for none), and the
+    facts the format's rule (``record_columns``) judges: (values as int64, each row's first
+    value, values per row (-1 for none or a cut or over-long varint), headers (zeros when
+    shorter), body facts (``NEGATIVE_BINS``...; zeros unless the announced parts fit))."""
+    n_rows = len(sizes)
+    decoded = np.empty(len(data), dtype=np.uint64)  # at most one value a byte
+    flat = decoded.view(np.int64)
+    starts = np.zeros(n_rows, dtype=np.int64)
+    n_values = np.full(n_rows, -1, dtype=np.int64)
+    header = np.zeros((n_rows, header_len), dtype=np.int64)
+    body = np.zeros((n_rows, 5), dtype=np.int64)
+    pos = n = 0
+    for row in range(n_rows):
+        starts[row] = n
+        if sizes[row] < 0:
+            continue
+        end = pos + sizes[row]
+        whole = True
+        while pos < end and whole:
+            value = np.uint64(0)
+            shift = 0
+            while True:
+                if pos == end or shift == 70:
+                    whole = False
+                    break
+                byte = np.uint64(data[pos])
+                pos += 1
+                value |= (byte & np.uint64(0x7F)) << np.uint64(shift)
+                shift += 7
+                if byte < 0x80:
+                    break
+            decoded[n] = value
+            n += 1
+        pos = end
+        if not whole:
+            n = starts[row]
+            continue
+        first, count = starts[row], n - starts[row]
+        n_values[row] = count
+        if count < header_len:
+            continue
+        header[row, :] = flat[first : first + header_len]
+        n_bins, n_casts = header[row, header_len - 1], 2 * n_formats[row]
+        if n_bins < 0 or n_bins > count or header_len + n_bins + n_casts + n_stats > count:
+            continue
+        at = first + header_len
+        for k in range(at, at + n_bins):
+            body[row, BIN_SUM] += flat[k]
+            if flat[k] < 0:
+                body[row, NEGATIVE_BINS] += 1
+        at += n_bins
+        for k in range(at, at + n_casts):
+            if flat[k] < 0:
+                body[row, NEGATIVE_CASTS] += 1
+        at += n_casts
+        body[row, STAT_MIN] = flat[at : at + n_stats].min()
+        body[row, STAT_MAX] = flat[at : at + n_stats].max()
+    return flat[:n], starts, n_values, header, body
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_rows(flat, starts, header, n_formats, kept, bins_offset, n_stats):
+    """The parts of the ``kept`` rows of ``scan_records``: (bins_lo, bin_starts, bins,
+    cast_starts, casts, statistics' bit patterns)."""
+    header_len = header.shape[1]
+    n_kept = len(kept)
+    bin_starts = np.zeros(n_kept + 1, dtype=np.int64)
+    cast_starts = np.zeros(n_kept + 1, dtype=np.int64)
+    for i in range(n_kept):
+        bin_starts[i + 1] = bin_starts[i] + header[kept[i], header_len - 1]
+        cast_starts[i + 1] = cast_starts[i] + 2 * n_formats[kept[i]]
+    bins_lo = np.zeros(n_kept, dtype=np.int64)
+    bins = np.empty(bin_starts[n_kept], dtype=np.int64)
+    casts = np.empty(cast_starts[n_kept], dtype=np.int64)
+    stat_bits = np.empty((n_kept, n_stats), dtype=np.int64)
+    for i in range(n_kept):
+        row = kept[i]
+        n_bins = bin_starts[i + 1] - bin_starts[i]
+        n_casts = cast_starts[i + 1] - cast_starts[i]
+        if n_bins > 0:
+            bins_lo[i] = header[row, header_len - 2] - bins_offset
+        at = starts[row] + header_len
+        bins[bin_starts[i] : bin_starts[i + 1]] = flat[at : at + n_bins]
+        at += n_bins
+        casts[cast_starts[i] : cast_starts[i + 1]] = flat[at : at + n_casts]
+        at += n_casts
+        stat_bits[i, :] = flat[at : at + n_stats]
+    return bins_lo, bin_starts, bins, cast_starts, casts, stat_bits
