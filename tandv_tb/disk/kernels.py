@@ -84,20 +84,25 @@ def scan_records(data, sizes, n_formats, header_len, n_stats):
         if sizes[row] < 0:
             continue
         end = pos + sizes[row]
-        whole = True
+        # A row whose last byte continues a varint is cut; otherwise no varint runs past end.
+        whole = sizes[row] == 0 or data[end - 1] < 0x80
         while pos < end and whole:
-            value = np.uint64(0)
+            byte = data[pos]
+            pos += 1
+            if byte < 0x80:  # most values fit in one byte
+                decoded[n] = byte
+                n += 1
+                continue
+            value = np.uint64(byte & 0x7F)
             shift = 0
-            while True:
-                if pos == end or shift == 70:
+            while byte >= 0x80:
+                shift += 7
+                if shift == 70:  # more than 10 bytes
                     whole = False
                     break
-                byte = np.uint64(data[pos])
+                byte = data[pos]
                 pos += 1
-                value |= (byte & np.uint64(0x7F)) << np.uint64(shift)
-                shift += 7
-                if byte < 0x80:
-                    break
+                value |= np.uint64(byte & 0x7F) << np.uint64(shift)
             decoded[n] = value
             n += 1
         pos = end
@@ -113,14 +118,16 @@ def scan_records(data, sizes, n_formats, header_len, n_stats):
         if n_bins < 0 or n_bins > count or header_len + n_bins + n_casts + n_stats > count:
             continue
         at = first + header_len
+        negative = total = 0
         for k in range(at, at + n_bins):
-            body[row, BIN_SUM] += flat[k]
-            if flat[k] < 0:
-                body[row, NEGATIVE_BINS] += 1
+            total += flat[k]
+            negative += flat[k] < 0
+        body[row, BIN_SUM], body[row, NEGATIVE_BINS] = total, negative
         at += n_bins
+        negative = 0
         for k in range(at, at + n_casts):
-            if flat[k] < 0:
-                body[row, NEGATIVE_CASTS] += 1
+            negative += flat[k] < 0
+        body[row, NEGATIVE_CASTS] = negative
         at += n_casts
         body[row, STAT_MIN] = flat[at : at + n_stats].min()
         body[row, STAT_MAX] = flat[at : at + n_stats].max()

@@ -1,0 +1,145 @@
+"""Decoding stored records (``record_columns.decode_rows``) against a baseline revision's
+``decode_rows``, in the same run, variants interleaved: (1) decode alone, every chunk of one
+run's event files, numba already loaded; (2) the store's build of that run in a fresh
+process per variant (``NumericsDB.refresh``), the baseline's ``decode_rows`` patched in.
+Also checks that both give the same arrays, bit for bit, on the run's records.
+
+    PYTHONPATH=$PWD python bench/record_decode.py LOGDIR RUN [--baseline REV] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+_BUILD = """
+import shutil, sys, tempfile, time
+t0, c0 = time.perf_counter(), time.process_time()
+sys.path.insert(0, {bench!r})
+import record_decode
+from tandv_tb import numerics_ingest
+from tandv_tb.numerics_db import NumericsDB
+if {baseline!r}:
+    numerics_ingest.decode_rows = record_decode.baseline_module({baseline!r}).decode_rows
+cache = tempfile.mkdtemp()
+db = NumericsDB({logdir!r}, cache)
+db.refresh({run!r})
+print(time.perf_counter() - t0, time.process_time() - c0)
+db.close()
+shutil.rmtree(cache)
+"""
+
+
+def baseline_module(rev: str):
+    """``tandv_tb.disk.record_columns`` as it was at git revision ``rev``."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:tandv_tb/disk/record_columns.py"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "baseline_record_columns.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("baseline_record_columns", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _chunks(run_dir: Path):
+    """Every chunk of the run's event files and its rows' format counts."""
+    from tandv_tb.disk.event_reader import read_chunk
+    from tandv_tb.disk.tag_table import TagTable
+    from tandv_tb.numerics_ingest import event_files
+
+    table, chunks = TagTable(), []
+    for name, size in event_files(run_dir).items():
+        offset = 0
+        while offset < size:
+            chunk = read_chunk(str(run_dir / name), offset, table, final=True)
+            if chunk.end <= offset:
+                break
+            chunks.append(chunk)
+            offset = chunk.end
+    n_formats = np.array([len(i.formats) if i else 0 for i in table.infos], dtype=np.int64)
+    return [(c.contents, c.sizes, n_formats[c.tags]) for c in chunks]
+
+
+def _decode_all(decode_rows, chunks) -> float:
+    start = time.perf_counter()
+    for contents, sizes, formats in chunks:
+        decode_rows(contents, sizes, formats)
+    return time.perf_counter() - start
+
+
+def _same(a, b) -> bool:
+    return all(
+        getattr(a, f).dtype == getattr(b, f).dtype
+        and getattr(a, f).tobytes() == getattr(b, f).tobytes()
+        for f in a.__dataclass_fields__
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("logdir")
+    parser.add_argument("run")
+    parser.add_argument("--baseline", default="HEAD~1")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    from tandv_tb.disk import record_columns
+
+    variants = {"baseline": baseline_module(args.baseline).decode_rows}
+    variants["this"] = record_columns.decode_rows
+    print(f"load: {os.getloadavg()}")
+    chunks = _chunks(Path(args.logdir) / args.run)
+    n_bytes = sum(int(np.maximum(c[1], 0).sum()) for c in chunks)
+    print(f"{len(chunks)} chunks, {sum(len(c[1]) for c in chunks)} records, {n_bytes >> 20} MiB")
+    assert all(_same(variants["baseline"](*c), variants["this"](*c)) for c in chunks)
+    print("same arrays, bit for bit, on every chunk")
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, decode in variants.items():
+            times[name].append(_decode_all(decode, chunks))
+    for name, values in times.items():
+        print(f"decode alone {name}: median {statistics.median(values):.2f} s {values}")
+    ratio = statistics.median(times["baseline"]) / statistics.median(times["this"])
+    print(f"decode alone: {ratio:.1f}x faster")
+    del chunks
+    builds: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name in variants:
+            script = _BUILD.format(
+                bench=str(ROOT / "bench"),
+                baseline=args.baseline if name == "baseline" else "",
+                logdir=args.logdir,
+                run=args.run,
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", script], check=True, capture_output=True, text=True
+            )
+            wall, cpu = map(float, done.stdout.split()[-2:])
+            builds[name].append((wall, cpu))
+            print(f"build {name}: {wall:.2f} s wall, {cpu:.2f} s CPU, load {os.getloadavg()}")
+    for name, values in builds.items():
+        walls, cpus = zip(*values)
+        print(
+            f"build {name}: median {statistics.median(walls):.2f} s wall, "
+            f"{statistics.median(cpus):.2f} s CPU"
+        )
+    print(f"load: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
