@@ -1,12 +1,15 @@
-"""Columnar decoding of stored vectors: many records of many tags in a handful of numpy
-operations; ``decode_tensor`` decodes one record by the same rule.
+"""Columnar decoding of stored vectors: many records of many tags at once, in one compiled
+pass (``kernels.scan_records``) or, for small inputs, a handful of numpy operations;
+``decode_tensor`` decodes one record by the same rule.
 
 Each record is the int64 vector of ``tandv_tb.disk.summary`` stored as varint bytes:
 ``[dtype_code, numel, zero, nan, posinf, neginf, bins_lo + BINS_OFFSET, n_bins, *counts,
 *(underflow, overflow) per format, *9 statistics]``. A record is kept only when
-it passes the checks of the format (known dtype, length as announced, counts that add up,
-bins in the dtype's range, float32 statistics as uint32 patterns): the one rule, which
-``decode_vector`` (and so ``decode_tensor``) applies to a single record.
+it passes the checks of the format (whole varints, at least the header, known dtype,
+length as announced, no negative count, counts that add up, bins in the dtype's range,
+float32 statistics as uint32 patterns): the one rule, ``_first_failed``, written once. Both
+decoders only gather the facts it judges (``_Facts``); ``decode_vector`` (and so
+``decode_tensor``) names the first check a single record fails.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def _decode_vectors(
     long_enough = lengths >= HEADER
     header[long_enough] = flat[offsets[long_enough][:, None] + np.arange(HEADER)]
     n_bins = header[:, HEADER - 1]
-    fits = (  # the announced parts lie inside the vector (in either order of the checks)
+    fits = (  # the announced parts lie inside the vector: safe to read (the rule judges)
         long_enough
         & (n_bins >= 0)
         & (n_bins <= lengths)
