@@ -125,8 +125,9 @@ def _damaged(rng: np.random.Generator, values: list[int], n_formats: int, kind: 
     return v
 
 
-def _rows(seed: int, count: int) -> tuple[list, list[bytes], np.ndarray]:
-    """Vectors (None: no vector), their bytes (some with broken varints) and formats."""
+def _rows(seed: int, count: int, broken_varints: bool) -> tuple[list, list[bytes], np.ndarray]:
+    """Vectors (None: no vector), their bytes (some with broken varints if asked: those go
+    to the compiled pass whatever their size) and formats."""
     rng = np.random.default_rng(seed)
     vectors, parts, formats = [], [], []
     for i in range(count):
@@ -135,6 +136,8 @@ def _rows(seed: int, count: int) -> tuple[list, list[bytes], np.ndarray]:
         n_bins = int(rng.choice([0, 1, 2, int(rng.integers(3, 40)), 300]))
         values = _valid(rng, code, n_bins, n_formats)
         kind = int(rng.integers(0, 20))
+        if kind in (16, 17) and not broken_varints:
+            kind = 19  # valid
         if kind < 16:
             values = _damaged(rng, values, n_formats, kind)
         data = _varints(values)
@@ -156,18 +159,32 @@ def _decode(parts: list[bytes | None], formats: np.ndarray):
     return decode_rows(contents, sizes, formats)
 
 
+def _numpy_only(monkeypatch) -> None:
+    """``decode_rows`` by its small-input path, the compiled pass made to fail."""
+    from tandv_tb.disk import kernels
+
+    def refuse(*args):
+        raise AssertionError("the compiled pass ran")
+
+    monkeypatch.setattr(small_loops, "SMALL_BYTES", 1 << 40)
+    monkeypatch.setattr(kernels, "scan_records", refuse)
+
+
 @pytest.fixture(params=["numpy", "compiled"])
 def decoder(request, monkeypatch):
     """``decode_rows`` by its small-input path or its compiled pass."""
-    monkeypatch.setattr(small_loops, "SMALL_BYTES", 1 << 40 if request.param == "numpy" else -1)
+    if request.param == "numpy":
+        _numpy_only(monkeypatch)
+    else:
+        monkeypatch.setattr(small_loops, "SMALL_BYTES", -1)
     return request.param
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_decode_rows_keeps_exactly_what_the_format_allows(decoder, seed):
-    vectors, parts, formats = _rows(seed, 3000)
+    vectors, parts, formats = _rows(seed, 3000, broken_varints=decoder == "compiled")
     reasons = [refusal(v, int(f)) for v, f in zip(vectors, formats)]
-    assert len(set(reasons)) == len(SAYS) + 1  # every reason, and kept rows
+    assert set(reasons) == {*SAYS, None}  # every reason, and kept rows
     rows = _decode(parts, formats)
     kept = [i for i, reason in enumerate(reasons) if reason is None]
     assert rows.kept.tolist() == kept
@@ -187,9 +204,10 @@ def test_decode_rows_keeps_exactly_what_the_format_allows(decoder, seed):
 
 
 def test_both_decoders_give_the_same_arrays(monkeypatch):
-    _, parts, formats = _rows(9, 4000)
-    monkeypatch.setattr(small_loops, "SMALL_BYTES", 1 << 40)
-    small = _decode(parts, [*formats])
+    _, parts, formats = _rows(9, 4000, broken_varints=False)
+    with monkeypatch.context() as patch:
+        _numpy_only(patch)
+        small = _decode(parts, formats)
     monkeypatch.setattr(small_loops, "SMALL_BYTES", -1)
     large = _decode(parts, formats)
     for field in small.__dataclass_fields__:
@@ -200,7 +218,7 @@ def test_both_decoders_give_the_same_arrays(monkeypatch):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_decode_vector_names_the_first_failed_check(seed):
-    vectors, _, formats = _rows(seed, 1500)
+    vectors, _, formats = _rows(seed, 1500, broken_varints=False)
     for values, n_formats in zip(vectors, formats):
         if values is None:
             continue
@@ -211,3 +229,17 @@ def test_decode_vector_names_the_first_failed_check(seed):
             continue
         with pytest.raises(ValueError, match=SAYS[reason]):
             decode_vector(np.array(values, dtype=np.int64), names)
+
+
+@pytest.mark.parametrize("with_bins", [True, False])
+def test_rows_without_bins_are_the_same_rows(decoder, with_bins):
+    _, parts, formats = _rows(5, 2000, broken_varints=decoder == "compiled")
+    sizes = np.array([-1 if p is None else len(p) for p in parts], dtype=np.int64)
+    contents = np.frombuffer(b"".join(p or b"" for p in parts), dtype=np.uint8)
+    full = decode_rows(contents, sizes, formats)
+    rows = decode_rows(contents, sizes, formats, with_bins=with_bins)
+    for field in full.__dataclass_fields__:
+        if field == "bins" and not with_bins:
+            assert rows.bins is None
+        else:
+            assert getattr(rows, field).tobytes() == getattr(full, field).tobytes(), field

@@ -33,7 +33,7 @@ _MAX_EXPONENT = np.array([fmt.info(d).max_exponent for d in metadata.DTYPE_CODES
 class DecodedRows:
     """The readable records among the rows given to ``decode_rows``, in their order.
 
-    ``kept[i]`` is the input row of decoded row i. Row i's bins are
+    ``kept[i]`` is the input row of decoded row i. Row i's bins (unless left out) are
     ``bins[bin_starts[i]:bin_starts[i + 1]]`` (from exponent ``bins_lo[i]``); its casts are
     ``casts[cast_starts[i]:cast_starts[i + 1]]``, (underflow, overflow) pairs in the tag's
     format order."""
@@ -44,7 +44,7 @@ class DecodedRows:
     statistics: np.ndarray  # float64[K, len(STATISTICS)]
     bins_lo: np.ndarray  # int64[K]
     bin_starts: np.ndarray  # int64[K + 1]
-    bins: np.ndarray  # int64
+    bins: np.ndarray | None  # int64; None when not asked for
     cast_starts: np.ndarray  # int64[K + 1]
     casts: np.ndarray  # int64
 
@@ -52,10 +52,14 @@ class DecodedRows:
         return len(self.kept)
 
 
-def decode_rows(contents: np.ndarray, sizes: np.ndarray, n_formats: np.ndarray) -> DecodedRows:
+def decode_rows(
+    contents: np.ndarray, sizes: np.ndarray, n_formats: np.ndarray, *, with_bins: bool = True
+) -> DecodedRows:
     """Decode the varint records laid end to end in ``contents`` (``sizes[i]`` bytes each,
     -1 for a row without a stored vector; ``n_formats[i]`` formats in its tag): small
-    well-formed inputs in numpy (``small_loops``), others in one compiled pass."""
+    well-formed inputs in numpy (``small_loops``), others in one compiled pass. Without
+    ``with_bins`` the bins are checked but not kept (``bins`` is None): copying them is
+    most of the compiled pass's writes, and the store reads them from the files later."""
     sizes = np.asarray(sizes, dtype=np.int64)
     n_formats = np.asarray(n_formats, dtype=np.int64)
     whole = np.maximum(sizes, 0)
@@ -63,7 +67,8 @@ def decode_rows(contents: np.ndarray, sizes: np.ndarray, n_formats: np.ndarray) 
         decoded = small_loops.unleb128(contents, whole)
         if decoded is not None:
             lengths = np.where(sizes < 0, -1, decoded[1])
-            return _decode_vectors(decoded[0].view(np.int64), lengths, n_formats)[1]
+            rows = _decode_vectors(decoded[0].view(np.int64), lengths, n_formats)[1]
+            return rows if with_bins else dataclasses.replace(rows, bins=None)
     from tandv_tb.disk import kernels  # numba: loaded on first use
 
     flat, starts, n_values, header, body = kernels.scan_records(
@@ -71,9 +76,11 @@ def decode_rows(contents: np.ndarray, sizes: np.ndarray, n_formats: np.ndarray) 
     )
     kept = np.flatnonzero(_first_failed(_Facts(n_values, header, *body.T), n_formats) == 0)
     parts = _Parts(
-        *kernels.gather_rows(flat, starts, header, n_formats, kept, BINS_OFFSET, len(STATISTICS))
+        *kernels.gather_rows(
+            flat, starts, header, n_formats, kept, BINS_OFFSET, len(STATISTICS), with_bins
+        )
     )
-    return _rows(kept, header[kept], parts)
+    return _rows(kept, header[kept], parts if with_bins else dataclasses.replace(parts, bins=None))
 
 
 def _decode_vectors(
