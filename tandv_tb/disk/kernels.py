@@ -66,26 +66,36 @@ NEGATIVE_BINS, BIN_SUM, NEGATIVE_CASTS, STAT_MIN, STAT_MAX = range(5)
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_records(data, sizes, n_formats, header_len, n_stats):
-    """Records' varints decoded, row by row (``sizes[i]`` bytes, -1 for none), and the
-    facts the format's rule (``record_columns``) judges: (values as int64, each row's first
-    value, values per row (-1 for none or a cut or over-long varint), headers (zeros when
-    shorter), body facts (``NEGATIVE_BINS``...; zeros unless the announced parts fit))."""
+def scan_records(data, sizes, n_formats, header_len, n_stats, with_bins):
+    """Records' varints decoded, row by row (``sizes[i]`` bytes, -1 for none), into the
+    facts the format's rule (``record_columns``) judges and the parts of each row: (values
+    per row (-1 for none or a cut or over-long varint), headers (zeros when shorter), body
+    facts (``NEGATIVE_BINS``...), statistics' bit patterns, bin_starts, bins (if
+    ``with_bins``), cast_starts, casts); the last five are zeros (none) for a row whose
+    announced parts do not fit it. Each row is decoded into a small buffer, so the values
+    are written once, where they belong."""
     n_rows = len(sizes)
-    decoded = np.empty(len(data), dtype=np.uint64)  # at most one value a byte
-    flat = decoded.view(np.int64)
-    starts = np.zeros(n_rows, dtype=np.int64)
+    decoded = np.empty(max(sizes.max(), 0) if n_rows else 0, dtype=np.uint64)
+    values = decoded.view(np.int64)
     n_values = np.full(n_rows, -1, dtype=np.int64)
     header = np.zeros((n_rows, header_len), dtype=np.int64)
     body = np.zeros((n_rows, 5), dtype=np.int64)
-    pos = n = 0
+    stat_bits = np.zeros((n_rows, n_stats), dtype=np.int64)
+    cast_starts = np.zeros(n_rows + 1, dtype=np.int64)
     for row in range(n_rows):
-        starts[row] = n
+        cast_starts[row + 1] = cast_starts[row] + 2 * n_formats[row]
+    casts = np.zeros(cast_starts[n_rows], dtype=np.int64)
+    bin_starts = np.zeros(n_rows + 1, dtype=np.int64)
+    bins = np.empty(len(data) if with_bins else 0, dtype=np.int64)  # at most one a byte
+    pos = 0
+    for row in range(n_rows):
+        bin_starts[row + 1] = bin_starts[row]
         if sizes[row] < 0:
             continue
         end = pos + sizes[row]
         # A row whose last byte continues a varint is cut; otherwise no varint runs past end.
         whole = sizes[row] == 0 or data[end - 1] < 0x80
+        n = 0
         while pos < end and whole:
             byte = data[pos]
             pos += 1
@@ -107,65 +117,35 @@ def scan_records(data, sizes, n_formats, header_len, n_stats):
             n += 1
         pos = end
         if not whole:
-            n = starts[row]
             continue
-        first, count = starts[row], n - starts[row]
-        n_values[row] = count
-        if count < header_len:
+        n_values[row] = n
+        if n < header_len:
             continue
         for k in range(header_len):  # explicit loops: numba's slice copy costs ~100 ns each
-            header[row, k] = flat[first + k]
+            header[row, k] = values[k]
         n_bins, n_casts = header[row, header_len - 1], 2 * n_formats[row]
-        if n_bins < 0 or n_bins > count or header_len + n_bins + n_casts + n_stats > count:
+        if n_bins < 0 or n_bins > n or header_len + n_bins + n_casts + n_stats > n:
             continue
-        at = first + header_len
+        at = header_len
         negative = total = 0
-        for k in range(at, at + n_bins):
-            total += flat[k]
-            negative += flat[k] < 0
+        for k in range(n_bins):
+            total += values[at + k]
+            negative += values[at + k] < 0
+            if with_bins:
+                bins[bin_starts[row] + k] = values[at + k]
         body[row, BIN_SUM], body[row, NEGATIVE_BINS] = total, negative
+        bin_starts[row + 1] += n_bins
         at += n_bins
         negative = 0
-        for k in range(at, at + n_casts):
-            negative += flat[k] < 0
+        for k in range(n_casts):
+            negative += values[at + k] < 0
+            casts[cast_starts[row] + k] = values[at + k]
         body[row, NEGATIVE_CASTS] = negative
         at += n_casts
-        low = high = flat[at]
-        for k in range(at + 1, at + n_stats):
-            low, high = min(low, flat[k]), max(high, flat[k])
-        body[row, STAT_MIN], body[row, STAT_MAX] = low, high
-    return flat[:n], starts, n_values, header, body
-
-
-@numba.njit(cache=True, nogil=True)
-def gather_rows(flat, starts, header, n_formats, kept, bins_offset, n_stats, with_bins):
-    """The parts of the ``kept`` rows of ``scan_records``: (bins_lo, bin_starts, bins (empty
-    unless ``with_bins``), cast_starts, casts, statistics' bit patterns)."""
-    header_len = header.shape[1]
-    n_kept = len(kept)
-    bin_starts = np.zeros(n_kept + 1, dtype=np.int64)
-    cast_starts = np.zeros(n_kept + 1, dtype=np.int64)
-    for i in range(n_kept):
-        bin_starts[i + 1] = bin_starts[i] + header[kept[i], header_len - 1]
-        cast_starts[i + 1] = cast_starts[i] + 2 * n_formats[kept[i]]
-    bins_lo = np.zeros(n_kept, dtype=np.int64)
-    bins = np.empty(bin_starts[n_kept] if with_bins else 0, dtype=np.int64)
-    casts = np.empty(cast_starts[n_kept], dtype=np.int64)
-    stat_bits = np.empty((n_kept, n_stats), dtype=np.int64)
-    for i in range(n_kept):
-        row = kept[i]
-        n_bins = bin_starts[i + 1] - bin_starts[i]
-        n_casts = cast_starts[i + 1] - cast_starts[i]
-        if n_bins > 0:
-            bins_lo[i] = header[row, header_len - 2] - bins_offset
-        at = starts[row] + header_len  # explicit loops: numba's slice copy costs ~100 ns each
-        if with_bins:
-            for k in range(n_bins):
-                bins[bin_starts[i] + k] = flat[at + k]
-        at += n_bins
-        for k in range(n_casts):
-            casts[cast_starts[i] + k] = flat[at + k]
-        at += n_casts
+        low = high = values[at]
         for k in range(n_stats):
-            stat_bits[i, k] = flat[at + k]
-    return bins_lo, bin_starts, bins, cast_starts, casts, stat_bits
+            low, high = min(low, values[at + k]), max(high, values[at + k])
+            stat_bits[row, k] = values[at + k]
+        body[row, STAT_MIN], body[row, STAT_MAX] = low, high
+    bins = bins[: bin_starts[n_rows]] if with_bins else bins
+    return n_values, header, body, stat_bits, bin_starts, bins, cast_starts, casts

@@ -71,16 +71,34 @@ def decode_rows(
             return rows if with_bins else dataclasses.replace(rows, bins=None)
     from tandv_tb.disk import kernels  # numba: loaded on first use
 
-    flat, starts, n_values, header, body = kernels.scan_records(
-        contents, sizes, n_formats, HEADER, len(STATISTICS)
+    n_values, header, body, stat_bits, bin_starts, bins, cast_starts, casts = kernels.scan_records(
+        contents, sizes, n_formats, HEADER, len(STATISTICS), with_bins
     )
     kept = np.flatnonzero(_first_failed(_Facts(n_values, header, *body.T), n_formats) == 0)
+    if len(kept) < len(sizes):  # refused rows' parts out
+        header, stat_bits = header[kept], stat_bits[kept]
+        bins = _compact(bins, bin_starts, kept) if with_bins else bins
+        casts = _compact(casts, cast_starts, kept)
+    n_bins = header[:, HEADER - 1]
     parts = _Parts(
-        *kernels.gather_rows(
-            flat, starts, header, n_formats, kept, BINS_OFFSET, len(STATISTICS), with_bins
-        )
+        bins_lo=np.where(n_bins > 0, header[:, HEADER - 2] - BINS_OFFSET, 0),
+        bin_starts=_starts(n_bins),
+        bins=bins if with_bins else None,
+        cast_starts=_starts(2 * n_formats[kept]),
+        casts=casts,
+        stat_bits=stat_bits,
     )
-    return _rows(kept, header[kept], parts if with_bins else dataclasses.replace(parts, bins=None))
+    return _rows(kept, header, parts)
+
+
+def _compact(values: np.ndarray, starts: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The ragged parts ``values[starts[i]:starts[i + 1]]`` of the ``kept`` rows, in order."""
+    from tandv_tb.disk import kernels
+
+    sizes = (starts[1:] - starts[:-1])[kept]
+    out = np.empty(int(sizes.sum()), dtype=values.dtype)
+    kernels.gather(values, starts[kept], sizes, out, _starts(sizes)[:-1])
+    return out
 
 
 def _decode_vectors(
