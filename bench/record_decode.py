@@ -1,6 +1,7 @@
 """Decoding stored records (``record_columns.decode_rows``) against a baseline revision's
 ``decode_rows``, in the same run, variants interleaved: (1) decode alone, every chunk of one
-run's event files, numba already loaded; (2) the store's build of that run in a fresh
+run's event files, numba already loaded, with and without bins (the store's
+build leaves them out); (2) the store's build of that run in a fresh
 process per variant (``NumericsDB.refresh``), the baseline's ``decode_rows`` patched in.
 Also checks that both give the same arrays, bit for bit, on the run's records.
 
@@ -10,6 +11,7 @@ Also checks that both give the same arrays, bit for bit, on the run's records.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import statistics
@@ -109,17 +111,19 @@ def main() -> None:
     print(f"{len(chunks)} chunks, {sum(len(c[1]) for c in chunks)} records, {n_bytes >> 20} MiB")
     assert all(_same(variants["baseline"](*c), variants["this"](*c)) for c in chunks)
     print("same arrays, bit for bit, on every chunk")
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    decoders = {**variants, "this, no bins": functools.partial(variants["this"], with_bins=False)}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in decoders}
     for _ in range(args.rounds):
-        for name, decode in variants.items():
+        for name, decode in decoders.items():
             times[name].append(_decode_all(decode, chunks))
     medians = {}
     for name, values in times.items():
         walls, cpus = zip(*values)
         wall, cpu = medians[name] = statistics.median(walls), statistics.median(cpus)
         print(f"decode alone {name}: median {wall:.2f} s wall, {cpu:.2f} s CPU")
-    wall_ratio, cpu_ratio = (b / t for b, t in zip(medians["baseline"], medians["this"]))
-    print(f"decode alone: {wall_ratio:.2f}x faster (wall), {cpu_ratio:.2f}x less CPU")
+    for name in ("this", "this, no bins"):
+        wall_ratio, cpu_ratio = (b / t for b, t in zip(medians["baseline"], medians[name]))
+        print(f"decode alone, {name}: {wall_ratio:.2f}x faster (wall), {cpu_ratio:.2f}x less CPU")
     del chunks
     builds: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(args.rounds):
