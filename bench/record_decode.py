@@ -31,8 +31,11 @@ sys.path.insert(0, {bench!r})
 import record_decode
 from tandv_tb import numerics_ingest
 from tandv_tb.numerics_db import NumericsDB
-if {baseline!r}:
-    numerics_ingest.decode_rows = record_decode.baseline_module({baseline!r}).decode_rows
+if {baseline!r}:  # it had no with_bins: it always gave them
+    baseline = record_decode.baseline_module({baseline!r}).decode_rows
+    numerics_ingest.decode_rows = lambda contents, sizes, formats, **_: baseline(
+        contents, sizes, formats
+    )
 cache = tempfile.mkdtemp()
 db = NumericsDB({logdir!r}, cache)
 db.refresh({run!r})
