@@ -75,7 +75,7 @@ def decode_rows(
         contents, sizes, n_formats, HEADER, len(STATISTICS), with_bins
     )
     kept = np.flatnonzero(_first_failed(_Facts(n_values, header, *body.T), n_formats) == 0)
-    if len(kept) < len(sizes):  # refused rows' parts out
+    if len(kept) < len(sizes):  # some rows refused: only the kept rows' parts stay
         header, stat_bits = header[kept], stat_bits[kept]
         bins = _compact(bins, bin_starts, kept) if with_bins else bins
         casts = _compact(casts, cast_starts, kept)
