@@ -132,7 +132,7 @@ def _decode(run_id: int, file_id: int, first_seq: int, chunk: Chunk, table: TagT
     for problem in chunk.problems:
         logger.warning("tandv_tb: %s", problem)
     n_formats = np.array([len(i.formats) if i else 0 for i in table.infos], dtype=np.int64)
-    rows = decode_rows(chunk.contents, chunk.sizes, n_formats[chunk.tags])
+    rows = decode_rows(chunk.contents, chunk.sizes, n_formats[chunk.tags], with_bins=False)
     malformed = np.bincount(chunk.tags, minlength=len(table)) - np.bincount(
         chunk.tags[rows.kept], minlength=len(table)
     )

@@ -1,12 +1,15 @@
-"""Columnar decoding of stored vectors: many records of many tags in a handful of numpy
-operations; ``decode_tensor`` decodes one record by the same rule.
+"""Columnar decoding of stored vectors: many records of many tags at once, in one compiled
+pass (``kernels.scan_records``) or, for small inputs, a handful of numpy operations;
+``decode_tensor`` decodes one record by the same rule.
 
 Each record is the int64 vector of ``tandv_tb.disk.summary`` stored as varint bytes:
 ``[dtype_code, numel, zero, nan, posinf, neginf, bins_lo + BINS_OFFSET, n_bins, *counts,
 *(underflow, overflow) per format, *9 statistics]``. A record is kept only when
-it passes the checks of the format (known dtype, length as announced, counts that add up,
-bins in the dtype's range, float32 statistics as uint32 patterns): the one rule, which
-``decode_vector`` (and so ``decode_tensor``) applies to a single record.
+it passes the checks of the format (whole varints, at least the header, known dtype,
+length as announced, no negative count, counts that add up, bins in the dtype's range,
+float32 statistics as uint32 patterns): the one rule, ``_first_failed``, written once. Both
+decoders only gather the facts it judges (``_Facts``); ``decode_vector`` (and so
+``decode_tensor``) names the first check a single record fails.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata, small_loops
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
-from tandv_tb.disk.summary import BINS_OFFSET, HEADER, decode_varint_parts, stored_vector
+from tandv_tb.disk.summary import BINS_OFFSET, HEADER, stored_vector
 
 _FLOAT64_CODE = metadata.DTYPE_CODES.index("float64")
 _MIN_EXPONENT = np.array([fmt.info(d).min_exponent for d in metadata.DTYPE_CODES])
@@ -30,7 +33,7 @@ _MAX_EXPONENT = np.array([fmt.info(d).max_exponent for d in metadata.DTYPE_CODES
 class DecodedRows:
     """The readable records among the rows given to ``decode_rows``, in their order.
 
-    ``kept[i]`` is the input row of decoded row i. Row i's bins are
+    ``kept[i]`` is the input row of decoded row i. Row i's bins (unless left out) are
     ``bins[bin_starts[i]:bin_starts[i + 1]]`` (from exponent ``bins_lo[i]``); its casts are
     ``casts[cast_starts[i]:cast_starts[i + 1]]``, (underflow, overflow) pairs in the tag's
     format order."""
@@ -41,7 +44,7 @@ class DecodedRows:
     statistics: np.ndarray  # float64[K, len(STATISTICS)]
     bins_lo: np.ndarray  # int64[K]
     bin_starts: np.ndarray  # int64[K + 1]
-    bins: np.ndarray  # int64
+    bins: np.ndarray | None  # int64; None when not asked for
     cast_starts: np.ndarray  # int64[K + 1]
     casts: np.ndarray  # int64
 
@@ -49,49 +52,92 @@ class DecodedRows:
         return len(self.kept)
 
 
-def decode_rows(contents: np.ndarray, sizes: np.ndarray, n_formats: np.ndarray) -> DecodedRows:
+def decode_rows(
+    contents: np.ndarray, sizes: np.ndarray, n_formats: np.ndarray, *, with_bins: bool = True
+) -> DecodedRows:
     """Decode the varint records laid end to end in ``contents`` (``sizes[i]`` bytes each,
-    -1 for a row without a stored vector; ``n_formats[i]`` formats in its tag)."""
+    -1 for a row without a stored vector; ``n_formats[i]`` formats in its tag): small
+    well-formed inputs in numpy (``small_loops``), others in one compiled pass. Without
+    ``with_bins`` the bins are checked but not kept (``bins`` is None): copying them is
+    most of the compiled pass's writes, and the store reads them from the files later."""
     sizes = np.asarray(sizes, dtype=np.int64)
+    n_formats = np.asarray(n_formats, dtype=np.int64)
     whole = np.maximum(sizes, 0)
-    try:
-        flat, lengths = decode_varint_parts(contents, whole)
-    except ValueError:  # a cut varint somewhere: decode row by row to find it
-        flat, lengths = _decode_each(contents, whole)
-    lengths = np.where(sizes < 0, -1, lengths)
-    return decode_vectors(flat, lengths, np.asarray(n_formats, dtype=np.int64))
+    if whole.sum() <= small_loops.SMALL_BYTES:  # numba's first call costs more
+        decoded = small_loops.unleb128(contents, whole)
+        if decoded is not None:
+            lengths = np.where(sizes < 0, -1, decoded[1])
+            rows = _decode_vectors(decoded[0].view(np.int64), lengths, n_formats)[1]
+            return rows if with_bins else dataclasses.replace(rows, bins=None)
+    from tandv_tb.disk import kernels  # numba: loaded on first use
+
+    n_values, header, body, stat_bits, bin_starts, bins, cast_starts, casts = kernels.scan_records(
+        contents, sizes, n_formats, HEADER, len(STATISTICS), with_bins
+    )
+    kept = np.flatnonzero(_first_failed(_Facts(n_values, header, *body.T), n_formats) == 0)
+    if len(kept) < len(sizes):  # some rows refused: only the kept rows' parts stay
+        header, stat_bits = header[kept], stat_bits[kept]
+        bins = _compact(bins, bin_starts, kept) if with_bins else bins
+        casts = _compact(casts, cast_starts, kept)
+    n_bins = header[:, HEADER - 1]
+    parts = _Parts(
+        bins_lo=np.where(n_bins > 0, header[:, HEADER - 2] - BINS_OFFSET, 0),
+        bin_starts=_starts(n_bins),
+        bins=bins if with_bins else None,
+        cast_starts=_starts(2 * n_formats[kept]),
+        casts=casts,
+        stat_bits=stat_bits,
+    )
+    return _rows(kept, header, parts)
 
 
-def _decode_each(contents: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    parts, lengths, start = [], [], 0
-    for size in sizes.tolist():
-        try:
-            values, _ = decode_varint_parts(
-                contents[start : start + size], np.array([size], dtype=np.int64)
-            )
-            parts.append(values)
-            lengths.append(len(values))
-        except ValueError:
-            lengths.append(-1)
-        start += size
-    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return flat, np.asarray(lengths, dtype=np.int64)
+def _compact(values: np.ndarray, starts: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The ragged parts ``values[starts[i]:starts[i + 1]]`` of the ``kept`` rows, in order."""
+    from tandv_tb.disk import kernels
+
+    sizes = (starts[1:] - starts[:-1])[kept]
+    out = np.empty(int(sizes.sum()), dtype=values.dtype)
+    kernels.gather(values, starts[kept], sizes, out, _starts(sizes)[:-1])
+    return out
 
 
-def decode_vectors(flat: np.ndarray, lengths: np.ndarray, n_formats: np.ndarray) -> DecodedRows:
-    """Decode int64 vectors laid end to end in ``flat`` (``lengths[i]`` values each, -1 for
-    a row that holds none)."""
+def _decode_vectors(
+    flat: np.ndarray, lengths: np.ndarray, n_formats: np.ndarray
+) -> tuple[np.ndarray, DecodedRows]:
+    """Each row's ``_first_failed`` code and the rows that pass, from int64 vectors laid end
+    to end in ``flat`` (``lengths[i]`` values each, -1 for a row that holds none)."""
     offsets = np.concatenate(([0], np.cumsum(np.maximum(lengths, 0))[:-1])).astype(np.int64)
-    kept = np.flatnonzero(lengths >= HEADER)
-    header = flat[offsets[kept][:, None] + np.arange(HEADER)].reshape(len(kept), HEADER)
-    good = _passes(_header_checks(header, lengths[kept], n_formats[kept]))
-    kept, header = kept[good], header[good]
-    row_formats = n_formats[kept]
-    parts = _Parts.gather(flat, offsets[kept], header, row_formats)
-    ok = _passes(_content_checks(header, parts))
-    if not ok.all():
-        kept, header, row_formats = kept[ok], header[ok], row_formats[ok]
-        parts = _Parts.gather(flat, offsets[kept], header, row_formats)
+    header = np.zeros((len(lengths), HEADER), dtype=np.int64)
+    long_enough = lengths >= HEADER
+    header[long_enough] = flat[offsets[long_enough][:, None] + np.arange(HEADER)]
+    n_bins = header[:, HEADER - 1]
+    fits = (  # the announced parts lie inside the vector: safe to read (the rule judges)
+        long_enough
+        & (n_bins >= 0)
+        & (n_bins <= lengths)
+        & (HEADER + n_bins + 2 * n_formats + len(STATISTICS) <= lengths)
+    )
+    facts = _Facts(lengths, header, *np.zeros((5, len(lengths)), dtype=np.int64))
+    inside = np.flatnonzero(fits)
+    parts = _Parts.gather(flat, offsets[inside], header[inside], n_formats[inside])
+    facts.negative_bins[inside] = _segment_sums(parts.bins < 0, parts.bin_starts)
+    facts.bin_sum[inside] = _segment_sums(parts.bins, parts.bin_starts)
+    facts.negative_casts[inside] = _segment_sums(parts.casts < 0, parts.cast_starts)
+    facts.stat_min[inside] = parts.stat_bits.min(axis=1)
+    facts.stat_max[inside] = parts.stat_bits.max(axis=1)
+    codes = _first_failed(facts, n_formats)
+    kept = np.flatnonzero(codes == 0)
+    if len(kept) < len(inside):
+        parts = _Parts.gather(flat, offsets[kept], header[kept], n_formats[kept])
+    return codes, _rows(kept, header[kept], parts)
+
+
+def _segment_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The sums of ``values[starts[i]:starts[i + 1]]`` (int64, wrapping as the kernel's)."""
+    return np.diff(np.concatenate(([0], np.cumsum(values, dtype=np.int64)))[starts])
+
+
+def _rows(kept: np.ndarray, header: np.ndarray, parts: _Parts) -> DecodedRows:
     return DecodedRows(
         kept=kept,
         dtype_codes=header[:, 0].copy(),
@@ -112,21 +158,13 @@ def decode_tensor(array: np.ndarray, info: TagInfo) -> NumericsRecord:
 
 
 def decode_vector(values: np.ndarray, formats: tuple[str, ...]) -> NumericsRecord:
-    """One stored int64 vector as a record, by the checks of ``decode_vectors``;
-    ``ValueError`` naming the first check it fails."""
+    """One stored int64 vector as a record, by the rule of ``decode_rows``; ``ValueError``
+    naming the first check it fails."""
     values = np.asarray(values, dtype=np.int64)
-    lengths, n_formats = np.array([len(values)]), np.array([len(formats)])
-    rows = decode_vectors(values, lengths, n_formats)
+    codes, rows = _decode_vectors(values, np.array([len(values)]), np.array([len(formats)]))
     if len(rows):
         return to_record(rows, 0, formats)
-    if len(values) < HEADER:
-        raise ValueError(f"a numerics tensor has at least {HEADER} values, got {len(values)}")
-    header = values[None, :HEADER]
-    failed = _first_failed(_header_checks(header, lengths, n_formats))
-    if failed is None:
-        parts = _Parts.gather(values, np.zeros(1, np.int64), header, n_formats)
-        failed = _first_failed(_content_checks(header, parts)) or "statistics"
-    raise ValueError(_refusal(failed, values, len(formats)))
+    raise ValueError(_refusal(CHECKS[codes[0] - 1], values, len(formats)))
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:
@@ -135,7 +173,7 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass
 class _Parts:
-    """The bins, casts and statistics' bit patterns of rows whose header passed its checks."""
+    """The bins, casts and statistics' bit patterns of rows whose parts fit their vector."""
 
     bins_lo: np.ndarray
     bin_starts: np.ndarray
@@ -160,50 +198,56 @@ class _Parts:
         )
 
 
-# The rule for a stored vector, one check per reason a row is refused, in the order the
-# reasons are told (``decode_vector`` names the first that fails).
-def _header_checks(
-    header: np.ndarray, lengths: np.ndarray, n_formats: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Rows whose dtype code is known, length as announced and counts non-negative."""
-    n_bins, codes = header[:, HEADER - 1], header[:, 0]
-    return {
-        "dtype": (codes >= 0) & (codes < len(metadata.DTYPE_CODES)),
-        "length": (n_bins >= 0) & (lengths == HEADER + n_bins + 2 * n_formats + len(STATISTICS)),
-        "negative": (header[:, 1 : 1 + len(COUNTS)] >= 0).all(axis=1),
+@dataclasses.dataclass
+class _Facts:
+    """What the rule judges of each row: its length (-1: no vector, or a cut or over-long
+    varint), header (zeros if shorter) and, where the announced parts fit the vector, how
+    many bins and casts are negative, the bins' sum and the statistics' least and greatest
+    bit patterns (zeros elsewhere). The compiled ``kernels.scan_records`` gives the last
+    five in this order."""
+
+    n_values: np.ndarray
+    header: np.ndarray
+    negative_bins: np.ndarray
+    bin_sum: np.ndarray
+    negative_casts: np.ndarray
+    stat_min: np.ndarray
+    stat_max: np.ndarray
+
+
+#: Why a stored vector is refused, in the order the reasons are told: a row's code is 0
+#: when it is kept, else 1 + the index of the first check it fails.
+CHECKS = ("short", "dtype", "length", "negative", "total", "range", "statistics")
+
+
+def _first_failed(facts: _Facts, n_formats: np.ndarray) -> np.ndarray:
+    """The rule for a stored vector, written once for both decoders: each row's code."""
+    header = facts.header
+    codes, n_bins = header[:, 0], header[:, HEADER - 1]
+    known = (codes >= 0) & (codes < len(metadata.DTYPE_CODES))
+    known_codes = np.where(known, codes, 0)
+    lo = header[:, HEADER - 2] - BINS_OFFSET
+    failed = {
+        "short": facts.n_values < HEADER,
+        "dtype": ~known,
+        "length": (n_bins < 0)
+        | (facts.n_values != HEADER + n_bins + 2 * n_formats + len(STATISTICS)),
+        "negative": (header[:, 1 : 1 + len(COUNTS)] < 0).any(axis=1)
+        | (facts.negative_bins > 0)
+        | (facts.negative_casts > 0),
+        "total": header[:, 2 : 1 + len(COUNTS)].sum(axis=1) + facts.bin_sum != header[:, 1],
+        "range": (n_bins > 0)
+        & ((lo < _MIN_EXPONENT[known_codes]) | (lo + n_bins - 1 > _MAX_EXPONENT[known_codes])),
+        "statistics": (codes != _FLOAT64_CODE)
+        & ((facts.stat_min < 0) | (facts.stat_max > 0xFFFFFFFF)),
     }
-
-
-def _content_checks(header: np.ndarray, parts: _Parts) -> dict[str, np.ndarray]:
-    """Rows whose bins and casts are >= 0, counts add up to numel, bins lie in the dtype's
-    range and float32 statistics are uint32 patterns."""
-    n_bins, codes = header[:, HEADER - 1], header[:, 0]
-    bin_sums = np.diff(np.concatenate(([0], np.cumsum(parts.bins)))[parts.bin_starts])
-    negative_bins = np.diff(np.concatenate(([0], np.cumsum(parts.bins < 0)))[parts.bin_starts])
-    negative_casts = np.diff(np.concatenate(([0], np.cumsum(parts.casts < 0)))[parts.cast_starts])
-    lo = parts.bins_lo
-    in_range = (n_bins == 0) | (
-        (lo >= _MIN_EXPONENT[codes]) & (lo + n_bins - 1 <= _MAX_EXPONENT[codes])
-    )
-    bits = parts.stat_bits
-    return {
-        "negative": (negative_bins == 0) & (negative_casts == 0),
-        "total": header[:, 2:6].sum(axis=1) + bin_sums == header[:, 1],
-        "range": in_range,
-        "statistics": (codes == _FLOAT64_CODE) | ((bits >= 0) & (bits <= 0xFFFFFFFF)).all(axis=1),
-    }
-
-
-def _passes(checks: dict[str, np.ndarray]) -> np.ndarray:
-    return np.logical_and.reduce(list(checks.values()))
-
-
-def _first_failed(checks: dict[str, np.ndarray]) -> str | None:
-    return next((reason for reason, ok in checks.items() if not ok.all()), None)
+    return np.select([failed[check] for check in CHECKS], np.arange(1, len(CHECKS) + 1), 0)
 
 
 def _refusal(reason: str, values: np.ndarray, n_formats: int) -> str:
     """The sentence that says why one vector was refused."""
+    if reason == "short":
+        return f"a numerics tensor has at least {HEADER} values, got {len(values)}"
     code, n_bins = int(values[0]), int(values[HEADER - 1])
     if reason == "dtype":
         return f"unknown dtype code {code} (this tandv_tb knows {len(metadata.DTYPE_CODES)})"
