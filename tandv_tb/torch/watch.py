@@ -13,7 +13,8 @@ lies, without a host sync per tensor:
   stays in the training thread: a torch reduction wakes torch's OpenMP workers, which
   inside a training step cost more than the reduction (a ``sum`` of 12.6 M float32
   values: 186 ms against 3.3 ms for numpy's on the shared 2-core VM under load,
-  2026-11-23), as the statistics kernel found. Nor does a worker thread pay: on 2 busy
+  2026-11-23), as the statistics kernel found. Nor do a worker thread or a parallel numba
+  kernel pay: on 2 busy
   cores it was slower than reading in the training thread, and a module output may be
   edited in place right after its hook (``ReLU(inplace=True)``, ``out += identity``),
   which a later read would miss. Reading every value once at
