@@ -13,7 +13,12 @@ lies, without a host sync per tensor:
   stays in the training thread: a torch reduction wakes torch's OpenMP workers, which
   inside a training step cost more than the reduction (a ``sum`` of 12.6 M float32
   values: 186 ms against 3.3 ms for numpy's on the shared 2-core VM under load,
-  2026-11-23), as the statistics kernel found;
+  2026-11-23), as the statistics kernel found. Nor do a worker thread or a parallel
+  numba kernel pay: on 2 busy cores both were slower than reading in the training
+  thread, and a module output may be edited in place right after its hook
+  (``ReLU(inplace=True)``, ``out += identity``), which a later read would miss. Reading
+  every value once at memory speed costs untracked steps about 1.05x on the reference
+  CPU workload (the target is 1.03x; bench/RESULTS.md, Session 9);
 - a tensor on another device by its NaN, +Inf and -Inf counts, computed there and kept
   there until ``step()``, which reads all of them in one transfer per device.
 
