@@ -51,7 +51,7 @@ from torch import nn
 
 sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 
-from bench.timing import wall_and_cpu  # noqa: E402
+from bench.timing import pair_count, wall_and_cpu  # noqa: E402
 from tandv_tb.torch import track  # noqa: E402
 from tests.test_torch_support import GPT, gpt_loss  # noqa: E402
 
@@ -303,7 +303,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant a round")
     parser.add_argument("--watch", action="store_true", help="only the watch's variants")
     parser.add_argument("--watch-share", action="store_true", help="the watch's own time")
-    parser.add_argument("--pairs", type=int, default=0, help="time pairs of steps instead")
+    parser.add_argument("--pairs", type=pair_count, default=0, help="time N >= 2 pairs of steps")
     parser.add_argument(
         "--track-inputs", action="store_true", help="time tracking with track_inputs=True"
     )
