@@ -8,10 +8,22 @@ variant also counts every float array it returns: the arrays given to ``step()``
 usually that call's outputs (the new weights and optimizer state, the gradients), whose
 counts ``step()`` then takes from there, found by identity (on the reference workload
 ``step()`` took 5.1 ms of CPU a step with the 280 arrays counted by a second compiled
-program, 2.8 ms without it; with this and the reduction of ``counts`` below, the
+program, 2.8 ms without it; with this and the reduction of ``count_scalars`` below, the
 untracked step cost 1.031x of plain in CPU time against 1.063x, 2026-11-23). Other
 arrays given to ``step()`` are counted in one compiled program. Everything stays on its
 device until ``step()`` reads it all in one ``jax.device_get``.
+
+Inside the compiled variant each module output and cotangent is counted where it is
+computed: the array and its counts leave one ``lax.optimization_barrier`` together and
+the rest of the program uses the array from there (``_tied``), so the count reads it
+while it is likely still in the cache, not wherever XLA would schedule it; the barrier
+is an identity (the training's values stay bit for bit the same, checked by the tests
+and on the reference workload; as with the counts themselves, this rests on XLA
+computing a value the same whichever kernel it is fused into). The counts of all arrays are
+stacked in one operation. On the reference workload the watched program cost, in CPU
+time against the user's, 1.041x before these two changes, 1.027x with the one stack,
+1.017x with the barrier too (20 rounds, same run, load 5-6, 2026-11-24); the
+``--pairs 30`` figures are in ``bench/RESULTS.md`` (Session 9).
 
 The three counts are one variadic ``lax.reduce``: a single pass over the array (three
 separate sums are not fused by XLA's CPU backend: 30 ms against 0.67 ms for 10 M float32
@@ -85,10 +97,8 @@ def output_counts(outputs: object) -> jax.Array:
 
 def _tied(x: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """``x`` (the same values) and its three counts, through ``lax.optimization_barrier``:
-    what uses the returned ``x`` runs after the counts, so they read ``x`` right after
-    it was computed, while it is likely still in the cache, and not when ``pack``
-    gathers them at the program's end (the watched step of the reference workload
-    1.027x of plain in CPU time without it, 1.017x with it, 20 rounds, 2026-11-24)."""
+    what uses the returned ``x`` runs after the counts, so they read ``x`` right after it
+    was computed (see the module's docstring)."""
     return lax.optimization_barrier((x, count_scalars(x)))
 
 
