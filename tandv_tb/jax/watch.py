@@ -114,19 +114,24 @@ class WatchCollector(Collector):
             self.config.skips.skip(name, tensor_type, NESTED)
             return None
         known = self._computed.get(id(x))
-        if known is not None and known[0] is x:
-            self.entries.append((name, tensor_type, module_type, known[1]))
-            return None
-        if not isinstance(x, jax.core.Tracer):
-            found = _counts_of([x])[0]
-            self._computed[id(x)] = (x, found)
-            self.entries.append((name, tensor_type, module_type, found))
+        if (known is not None and known[0] is x) or not isinstance(x, jax.core.Tracer):
+            self.entries.append((name, tensor_type, module_type, self._pending(x)))
             return None
         tied, found = _tied(x)
         self._computed[id(x)] = (x, found)
         self._computed[id(tied)] = (tied, found)
         self.entries.append((name, tensor_type, module_type, found))
         return tied
+
+    def _pending(self, x: jax.Array) -> tuple[jax.Array, ...] | jax.Array:
+        """``x``'s counts (also of an input deferred to ``finish``): three scalars in a
+        trace, stacked by ``pack``; outside one, an array of the three."""
+        known = self._computed.get(id(x))
+        if known is not None and known[0] is x:
+            return known[1]
+        found = count_scalars(x) if isinstance(x, jax.core.Tracer) else _counts_of([x])[0]
+        self._computed[id(x)] = (x, found)
+        return found
 
     def pack(self) -> tuple[list[Slot], jax.Array, jax.Array]:
         slots = [Slot(n, t, m, "", (), 3, 0) for n, t, m, _ in self.entries]
