@@ -22,8 +22,10 @@ and on the reference workload; as with the counts themselves, this rests on XLA
 computing a value the same whichever kernel it is fused into). The counts of all arrays are
 stacked in one operation. On the reference workload the watched program cost, in CPU
 time against the user's, 1.041x before these two changes, 1.027x with the one stack,
-1.017x with the barrier too (20 rounds, same run, load 5-6, 2026-11-24); the
-``--pairs 30`` figures are in ``bench/RESULTS.md`` (Session 9).
+1.017x with the barrier too (20 rounds, same run, load 5-6, 2026-11-24). The whole
+untracked step did not show the gain in ``bench/overhead_jax.py --pairs 30`` (1.035x of
+plain against 1.037x before, back to back): the watch is still above its 1.03x goal on
+that workload, about 1.03-1.05x (``bench/RESULTS.md``, Session 9).
 
 The three counts are one variadic ``lax.reduce``: a single pass over the array (three
 separate sums are not fused by XLA's CPU backend: 30 ms against 0.67 ms for 10 M float32
