@@ -45,7 +45,7 @@ from flax import linen as nn
 
 sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 
-from bench.timing import wall_and_cpu  # noqa: E402
+from bench.timing import pair_count, wall_and_cpu  # noqa: E402
 from tandv_tb.jax import track  # noqa: E402
 
 VOCAB, WIDTH, HEADS, HIDDEN, DEPTH, LENGTH, BATCH = 512, 256, 4, 1024, 4, 128, 16
@@ -250,7 +250,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=10, help="steps per window")
     parser.add_argument("--kernels", action="store_true", help="also time the kernels alone")
     parser.add_argument("--watch", action="store_true", help="only the watch's variants")
-    parser.add_argument("--pairs", type=int, default=0, help="time pairs of steps instead")
+    parser.add_argument("--pairs", type=pair_count, default=0, help="time N >= 2 pairs of steps")
     args = parser.parse_args()
     if args.kernels:
         kernels()

@@ -8,10 +8,24 @@ variant also counts every float array it returns: the arrays given to ``step()``
 usually that call's outputs (the new weights and optimizer state, the gradients), whose
 counts ``step()`` then takes from there, found by identity (on the reference workload
 ``step()`` took 5.1 ms of CPU a step with the 280 arrays counted by a second compiled
-program, 2.8 ms without it; with this and the reduction of ``counts`` below, the
+program, 2.8 ms without it; with this and the reduction of ``count_scalars`` below, the
 untracked step cost 1.031x of plain in CPU time against 1.063x, 2026-11-23). Other
 arrays given to ``step()`` are counted in one compiled program. Everything stays on its
 device until ``step()`` reads it all in one ``jax.device_get``.
+
+Inside the compiled variant each module output and cotangent is counted where it is
+computed: the array and its counts leave one ``lax.optimization_barrier`` together and
+the rest of the program uses the array from there (``_tied``), so the count reads it
+while it is likely still in the cache, not wherever XLA would schedule it; the barrier
+is an identity (the training's values stay bit for bit the same, checked by the tests
+and on the reference workload; as with the counts themselves, this rests on XLA
+computing a value the same whichever kernel it is fused into). The counts of all arrays are
+stacked in one operation. On the reference workload the watched program cost, in CPU
+time against the user's, 1.041x before these two changes, 1.027x with the one stack,
+1.017x with the barrier too (20 rounds, same run, load 5-6, 2026-11-24). The whole
+untracked step did not show the gain in ``bench/overhead_jax.py --pairs 30`` (1.035x of
+plain against 1.037x before, back to back): the watch is still above its 1.03x goal on
+that workload, about 1.03-1.05x (``bench/RESULTS.md``, Session 9).
 
 The three counts are one variadic ``lax.reduce``: a single pass over the array (three
 separate sums are not fused by XLA's CPU backend: 30 ms against 0.67 ms for 10 M float32
@@ -38,29 +52,35 @@ def _int_dtype():
     return jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
 
 
-def counts(x: jax.Array) -> jax.Array:
-    """``[nan, posinf, neginf]`` of ``x``, in one pass (traceable).
+def count_scalars(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``nan, posinf, neginf`` of ``x`` as three scalars, in one pass (traceable).
 
     The reduction runs over all of ``x``'s dimensions as they are: flattening it first
     cost more inside the watched program, likely a copy of arrays XLA keeps in another
     layout than row-major (the watched step of the reference workload cost 1.068x of
-    plain in CPU time with ``ravel``, 1.046x without, same run, 2026-11-23).
+    plain in CPU time with ``ravel``, 1.046x without, same run, 2026-11-23). A compiled
+    program stacks the scalars of all its arrays at once (``stack_counts``).
     """
     kind = _int_dtype()
     zero = jnp.zeros((), kind)
     flags = (jnp.isnan(x).astype(kind), (x == jnp.inf).astype(kind), (x == -jnp.inf).astype(kind))
-    total = lax.reduce(
+    return lax.reduce(
         flags,
         (zero, zero, zero),
         lambda a, b: (a[0] + b[0], a[1] + b[1], a[2] + b[2]),
         tuple(range(jnp.ndim(x))),
     )
-    return jnp.stack(total)
 
 
-@jax.jit
-def _counts_of(arrays: list) -> jax.Array:
-    return jnp.stack([counts(x) for x in arrays])
+def stack_counts(arrays: list) -> jax.Array:
+    """The counts of ``arrays``, one row each (traceable), stacked in one operation (a
+    stack per array made XLA's CPU backend run one more small kernel per array)."""
+    if not arrays:
+        return jnp.zeros((0, 3), _int_dtype())
+    return jnp.stack([c for x in arrays for c in count_scalars(x)]).reshape(-1, 3)
+
+
+_counts_of = jax.jit(stack_counts)
 
 
 def _float_leaves(tree: object) -> list:
@@ -74,31 +94,51 @@ def _float_leaves(tree: object) -> list:
 def output_counts(outputs: object) -> jax.Array:
     """The counts of every float array of ``outputs``, one row each, in the order of
     ``jax.tree_util.tree_leaves`` (traced: ``TrackedFunction``'s ``count_outputs``)."""
-    leaves = _float_leaves(outputs)
-    if not leaves:
-        return jnp.zeros((0, 3), _int_dtype())
-    return jnp.stack([counts(x) for x in leaves])
+    return stack_counts(_float_leaves(outputs))
+
+
+def _tied(x: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """``x`` (the same values) and its three counts, through ``lax.optimization_barrier``:
+    what uses the returned ``x`` runs after the counts, so they read ``x`` right after it
+    was computed (see the module's docstring)."""
+    return lax.optimization_barrier((x, count_scalars(x)))
 
 
 class WatchCollector(Collector):
     """A ``Collector`` that keeps only each value's NaN/Inf counts."""
 
-    def _record(self, name: str, tensor_type: str, module_type: str, x: jax.Array) -> None:
+    def _record(
+        self, name: str, tensor_type: str, module_type: str, x: jax.Array
+    ) -> jax.Array | None:
+        """Count ``x``; traced, returns ``x`` tied to its counts by an optimization
+        barrier, for the probe to pass on in its place (see ``_tied``)."""
         if not self.owns_current_trace():
             self.config.skips.skip(name, tensor_type, NESTED)
-            return
+            return None
+        known = self._computed.get(id(x))
+        if (known is not None and known[0] is x) or not isinstance(x, jax.core.Tracer):
+            self.entries.append((name, tensor_type, module_type, self._pending(x)))
+            return None
+        tied, found = _tied(x)
+        self._computed[id(x)] = (x, found)
+        self._computed[id(tied)] = (tied, found)
+        self.entries.append((name, tensor_type, module_type, found))
+        return tied
+
+    def _pending(self, x: jax.Array) -> tuple[jax.Array, ...] | jax.Array:
+        """``x``'s counts (also of an input deferred to ``finish``): three scalars in a
+        trace, stacked by ``pack``; outside one, an array of the three."""
         known = self._computed.get(id(x))
         if known is not None and known[0] is x:
-            found = known[1]
-        else:
-            found = counts(x) if isinstance(x, jax.core.Tracer) else _counts_of([x])[0]
+            return known[1]
+        found = count_scalars(x) if isinstance(x, jax.core.Tracer) else _counts_of([x])[0]
         self._computed[id(x)] = (x, found)
-        self.entries.append((name, tensor_type, module_type, found))
+        return found
 
     def pack(self) -> tuple[list[Slot], jax.Array, jax.Array]:
         slots = [Slot(n, t, m, "", (), 3, 0) for n, t, m, _ in self.entries]
-        found = [c for *_, c in self.entries]
-        packed = jnp.concatenate(found) if found else jnp.zeros(0, _int_dtype())
+        scalars = [c for *_, found in self.entries for c in found]
+        packed = jnp.stack(scalars) if scalars else jnp.zeros(0, _int_dtype())
         return slots, packed, jnp.zeros(0, jnp.float32)
 
 
