@@ -13,6 +13,7 @@ from torch import nn
 
 from tandv_tb.disk.nonfinite import read_nonfinite
 from tandv_tb.torch import track
+from tests.test_watch_torch import NanGradient
 
 NAN, INF = float("nan"), float("inf")
 POISONED_STEP = 2
@@ -32,18 +33,6 @@ class MinusInf(nn.Module):
             y = y.clone()
             y.view(-1)[:5] = torch.tensor([-INF, -INF, -INF, NAN, NAN])
         return y
-
-
-class NanGradient(torch.autograd.Function):
-    """The identity forward; its backward returns NaN."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return torch.full_like(grad, NAN)
 
 
 class TwoBranches(nn.Module):
