@@ -182,8 +182,7 @@ class NumericsStore:
                 found, held = self._store().rows(run, tag_ids, columns), {}
             if layout is None or found.order is not layout.order:
                 layout = dataclasses.replace(found, columns={})
-                layout.shared_steps()  # computed once per layout, shared by its copies
-                self._layouts.put(base, HeldLayout.of(layout))
+                self._layouts.put(base, HeldLayout.of(layout))  # shared steps found once
             for name, values in found.columns.items():
                 self._columns.put((*base, name), values)
                 held[name] = values
