@@ -176,10 +176,7 @@ class Listing:
         if found is not None and now - found[0] < self._ttl:
             return found[1]
         value = build()
-        with self._lock:
-            if len(self._listings) > 1000:
-                self._listings.clear()
-            self._listings[key] = (now, value)
+        self._keep(self._listings, key, (now, value))
         return value
 
     def _index(self, run: str, tags: dict[str, TagSeries]) -> RunIndex:
@@ -188,11 +185,16 @@ class Listing:
         if held is not None and held[0] is tags:
             return held[1]
         index = self._make_index(run, tags)
-        with self._lock:
-            if len(self._indexes) > 1000:
-                self._indexes.clear()
-            self._indexes[run] = (tags, index)
+        self._keep(self._indexes, run, (tags, index))
         return index
+
+    def _keep(self, held: dict, key, value) -> None:
+        """``held[key] = value``, the map emptied first past 1,000 entries (runs come and
+        go over a server's life)."""
+        with self._lock:
+            if len(held) > 1000:
+                held.clear()
+            held[key] = value
 
     def _make_index(self, run: str, tags: dict[str, TagSeries]) -> RunIndex:
         entries: dict[tuple[str, str], TagEntry] = {}
