@@ -26,8 +26,9 @@ from tandv_tb.disk.record import COUNTS, STATISTICS
 
 logger = logging.getLogger(__name__)
 
-#: Bump when the tables change: a store of another version is rebuilt, never misread.
-SCHEMA_VERSION = 5
+#: Bump when the tables or their stored order change: a store of another version is
+#: rebuilt, never misread.
+SCHEMA_VERSION = 6
 #: DuckDB's buffer limit: what bounds the server's memory, whatever the logdir's size.
 MEMORY_LIMIT = "256MB"
 _TEMPORARY_PREFIX = "tandv_tb-"

@@ -26,7 +26,6 @@ filters by run and tag and reads single columns without hand-written file manage
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import threading
@@ -46,7 +45,15 @@ from tandv_tb.disk.record_columns import gather_ranges
 from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.numerics_cache import close_store, open_store, store_path
 from tandv_tb.numerics_ingest import event_files, run_id_of, stored_tags, update_run
-from tandv_tb.numerics_rows import Rows, Table, fetch, latest_per_step, num_rows, rows_at
+from tandv_tb.numerics_rows import (
+    HeldLayout,
+    Rows,
+    Table,
+    fetch,
+    latest_per_step,
+    num_rows,
+    rows_at,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -208,34 +215,14 @@ class NumericsDB:
         *,
         vectors: bool = False,
         steps: tuple[int, ...] | None = None,
-        layout: Rows | None = None,
     ) -> Rows:
         """The given scalar ``columns`` (of ``_SCALARS`` and ``wall_time``) of every record
-        of the tags (or only at ``steps``), and their stored vectors if asked.
-
-        ``layout``: ``Rows`` of the same tags read before while the run's data did not
-        change (same ``refresh`` version): then only ``columns`` are read, and put in its
-        order. DuckDB returns rows in stored order (``preserve_insertion_order``, its
-        default), so the same query gives the same rows in the same order."""
+        of the tags (or only at ``steps``), and their stored vectors if asked."""
         wanted = [c for c in columns if c in (*_SCALARS, "wall_time")]
-        # ``list_contains`` and a known run id: several times faster than ``IN (SELECT ...)``
-        where = "run_id = ? AND list_contains(?::INTEGER[], tag_id)"
-        params: list = [self._stored_run_id(run), list(tag_ids)]
+        where, params = self._where(run, tag_ids)
         if steps is not None:
             where += " AND step IN (SELECT unnest(?::BIGINT[]))"
             params.append(list(steps))
-        if layout is not None and layout.order is not None and wanted and not vectors:
-            table = self._numpy(f"SELECT {', '.join(wanted)} FROM records WHERE {where}", params)
-            if num_rows(table) == layout.n_read:
-                return Rows(
-                    layout.tag_ids,
-                    layout.steps,
-                    {c: table[c][layout.order] for c in wanted},
-                    order=layout.order,
-                    n_read=layout.n_read,
-                    _bounds=layout._bounds,
-                    _shared=layout._shared,
-                )
         select = ", ".join(["tag_id", "step", *wanted])
         if vectors:
             select += ", file_id, vector_offset, vector_size, vector"
@@ -255,6 +242,29 @@ class NumericsDB:
         if vectors:
             found.vectors = self._vectors(run, table, order)
         return found
+
+    def columns(
+        self, run: str, tag_ids: list[int], columns: tuple[str, ...], layout: HeldLayout
+    ) -> dict[str, np.ndarray] | None:
+        """Scalar ``columns`` of the tags' records alone, arranged by ``layout`` (the
+        ``rows`` of the same tags read before, ``HeldLayout.of``); None where the tags'
+        records are no longer as many (the run changed since: read ``rows`` again).
+
+        DuckDB returns rows in stored order (``preserve_insertion_order``, its default), so
+        the same query gives the same rows in the same order."""
+        where, params = self._where(run, tag_ids)
+        query = f"SELECT {', '.join(columns)} FROM records WHERE {where}"
+        table = fetch(self._cursor(), query, params)
+        if num_rows(table) != layout.n_read:
+            return None
+        return {name: layout.arrange(table[name]) for name in columns}
+
+    def _where(self, run: str, tag_ids: list[int]) -> tuple[str, list]:
+        # ``list_contains`` and a known run id: several times faster than ``IN (SELECT ...)``
+        return "run_id = ? AND list_contains(?::INTEGER[], tag_id)", [
+            self._stored_run_id(run),
+            list(tag_ids),
+        ]
 
     def _vectors(self, run: str, table: Table, order: np.ndarray) -> tuple[np.ndarray, ...]:
         """The stored vectors of the rows at ``order``, laid end to end, and their offsets:
@@ -381,21 +391,39 @@ class NumericsDB:
     def _numpy(self, query: str, params: list) -> Table:
         return fetch(self._cursor(), query, params)
 
-    def casts(self, run: str, tags: dict[int, int], layout: Rows | None = None) -> Rows:
+    def casts(self, run: str, tags: dict[int, int]) -> Rows:
         """Exact (underflow, overflow) of one format at every record of the tags, given as
-        ``{tag_id: the format's index in that tag's formats}``.
+        ``{tag_id: the format's index in that tag's formats}``."""
+        cursor = self._cursor()
+        read = self._casts_reader(cursor, run, tags)
+        cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
+        try:
+            table = read("tag_id, step, format_index, underflow, overflow")
+            order = latest_per_step(table, lambda: read("tag_id, format_index, file_id, seq"))
+        finally:
+            cursor.execute("COMMIT")
+        return rows_at(table, order, ("underflow", "overflow"))
 
-        ``layout``: ``rows`` of the same tags read while the run's data did not change.
-        Casts are stored in the order of their records, one row per record and format, so
-        where every tag holds the format at one index and no step was written twice, the
-        casts come back in the layout's row order: their tags and steps are checked
-        against it and nothing is sorted."""
+    def casts_in(
+        self, run: str, tags: dict[int, int], layout: HeldLayout
+    ) -> dict[str, np.ndarray] | None:
+        """``casts`` of tags that all hold the format at one index, arranged by ``layout``
+        (the tags' records): casts are stored in the order of their records, one row per
+        record and format, so they come back in the records' stored order. Their tags and
+        steps are checked against the layout; None where they differ (use ``casts``)."""
+        if len(set(tags.values())) != 1:
+            return None
+        where, params = self._casts_where(run, tags)
+        query = f"SELECT tag_id, step, underflow, overflow FROM casts WHERE {where}"
+        table = fetch(self._cursor(), query, params)
+        if not layout.matches(table["tag_id"], table["step"]):
+            return None
+        return {name: layout.arrange(table[name]) for name in ("underflow", "overflow")}
+
+    def _casts_reader(self, cursor, run: str, tags: dict[int, int]) -> Callable[[str], Table]:
+        """Reads columns of the casts of ``tags`` (``casts``) through ``cursor``."""
         indexes = sorted(set(tags.values()))
-        where = "run_id = ? AND list_contains(?::INTEGER[], tag_id) AND format_index = ?"
-        params = [self._stored_run_id(run), list(tags), indexes[0] if indexes else -1]
-        if len(indexes) > 1:  # the format is at another place in some tags' formats
-            where = where.replace("format_index = ?", "list_contains(?::INTEGER[], format_index)")
-            params[-1] = indexes
+        where, params = self._casts_where(run, tags)
         wanted = np.full(max(tags, default=0) + 1, -1)
         wanted[list(tags)] = list(tags.values())
 
@@ -406,26 +434,13 @@ class NumericsDB:
             keep = wanted[table["tag_id"]] == table["format_index"]
             return {name: values[keep] for name, values in table.items()}
 
-        cursor = self._cursor()
-        if (
-            layout is not None
-            and layout.order is not None
-            and len(indexes) == 1
-            and len(layout.order) == layout.n_read
-        ):
-            table = read("tag_id, step, underflow, overflow")
-            order = layout.order
-            if (
-                num_rows(table) == layout.n_read
-                and np.array_equal(table["tag_id"][order], layout.tag_ids)
-                and np.array_equal(table["step"][order], layout.steps)
-            ):
-                columns = {c: table[c][order] for c in ("underflow", "overflow")}
-                return dataclasses.replace(layout, columns=columns)
-        cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
-        try:
-            table = read("tag_id, step, format_index, underflow, overflow")
-            order = latest_per_step(table, lambda: read("tag_id, format_index, file_id, seq"))
-        finally:
-            cursor.execute("COMMIT")
-        return rows_at(table, order, ("underflow", "overflow"))
+        return read
+
+    def _casts_where(self, run: str, tags: dict[int, int]) -> tuple[str, list]:
+        """The casts of ``tags`` at their formats' indexes (with rows of other tags at
+        those indexes where the indexes differ: ``casts`` drops them)."""
+        indexes = sorted(set(tags.values()))
+        where, params = self._where(run, list(tags))
+        if len(indexes) > 1:  # the format is at another place in some tags' formats
+            return f"{where} AND list_contains(?::INTEGER[], format_index)", [*params, indexes]
+        return f"{where} AND format_index = ?", [*params, indexes[0] if indexes else -1]

@@ -1,7 +1,7 @@
 """Bringing a run of the numerics store up to date with its event files.
 
 Each file's new records and its new offset are committed in one transaction, so a killed
-server leaves a store that is whole up to some offset. Records are stored by (tag, step,
+server leaves a store that is whole up to some offset. Records are stored by (step, tag,
 seq) within each chunk, and a record's stored vector is kept as its place in the event file
 (the event files are not copied; a vector re-encoded from an old version is kept inline).
 """
@@ -299,10 +299,12 @@ def _head(path: str) -> bytes:
 def _record_rows(
     run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows
 ) -> tuple[Columns, Columns | None]:
-    """The ``records`` and ``casts`` rows of a chunk's readable records, ordered by (tag,
-    step, seq): rows are read back by tag, and a store of chunks each so ordered comes
-    back in a few sorted runs (``numerics_rows.latest_per_step``)."""
-    order = np.lexsort((rows.kept, chunk.steps[rows.kept], chunk.tags[rows.kept]))
+    """The ``records`` and ``casts`` rows of a chunk's readable records, ordered by (step,
+    tag, seq): a run written step by step (as trackers write) is then stored step by step,
+    each step with its tags in order, and a column of many tags read back is a [steps,
+    tags] matrix whose transpose is their (tag, step) order, with nothing to sort or gather
+    (``numerics_rows.HeldLayout``)."""
+    order = np.lexsort((rows.kept, chunk.tags[rows.kept], chunk.steps[rows.kept]))
     kept = rows.kept[order]
     n = len(kept)
     seq = first_seq + kept

@@ -38,10 +38,11 @@ def _write(run_dir: Path, steps: list[int], layers: int = 3, empty_at: int | Non
 def _casts_both_ways(db: NumericsDB, run: str, index: int):
     db.refresh(run)
     ids = sorted(tag_id for tag_id, info, _ in db.tags(run).values() if info is not None)
-    layout = db.rows(run, ids, ("numel",))
+    rows = db.rows(run, ids, ("numel",))
+    layout = HeldLayout.of(rows)
     general = db.casts(run, dict.fromkeys(ids, index))
-    fast = db.casts(run, dict.fromkeys(ids, index), layout=layout)
-    return layout, general, fast
+    fast = db.casts_in(run, dict.fromkeys(ids, index), layout)
+    return rows, layout, general, fast
 
 
 def test_casts_in_the_layout_order_equal_the_general_read(tmp_path, monkeypatch):
@@ -57,12 +58,12 @@ def test_casts_in_the_layout_order_equal_the_general_read(tmp_path, monkeypatch)
         (n_values,) = db._cursor().execute("SELECT n_values FROM files").fetchone()
         assert n_values == 40 * 3  # every record, read a few at a time
         for index in range(len(FORMATS)):
-            layout, general, fast = _casts_both_ways(db, "run", index)
-            assert fast.order is layout.order  # the layout path was taken
-            assert np.array_equal(general.tag_ids, fast.tag_ids)
-            assert np.array_equal(general.steps, fast.steps)
+            rows, layout, general, fast = _casts_both_ways(db, "run", index)
+            assert fast is not None  # the layout path was taken
+            assert np.array_equal(general.tag_ids, rows.tag_ids)
+            assert np.array_equal(general.steps, rows.steps)
             for name in ("underflow", "overflow"):
-                assert np.array_equal(general.columns[name], fast.columns[name])
+                assert np.array_equal(layout.shape(general.columns[name]), fast[name])
     finally:
         db.close()
 
@@ -73,11 +74,11 @@ def test_a_step_written_twice_takes_the_general_read(tmp_path):
     _write(run, [4, 5])  # a second file (a resumed run): steps 4 and 5 again
     db = NumericsDB(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
     try:
-        layout, general, fast = _casts_both_ways(db, "run", 1)
-        assert len(layout.order) < layout.n_read  # rows of the first file's 4 and 5 dropped
-        assert layout.steps.tolist()[:10] == list(range(10))
-        assert np.array_equal(general.columns["underflow"], fast.columns["underflow"])
-        assert np.array_equal(general.steps, fast.steps)
+        rows, layout, general, fast = _casts_both_ways(db, "run", 1)
+        assert len(rows.order) < rows.n_read  # rows of the first file's 4 and 5 dropped
+        assert rows.steps.tolist()[:10] == list(range(10))
+        assert fast is None  # which of two rows at one step is whose: not from tags and steps
+        assert np.array_equal(general.steps, rows.steps)
     finally:
         db.close()
 
@@ -97,33 +98,47 @@ def test_a_nan_statistic_stays_nan(tmp_path):
         db.close()
 
 
-def _same_rows(a, b) -> None:
-    assert a.tag_ids.dtype == b.tag_ids.dtype and a.steps.dtype == b.steps.dtype
-    assert a.tag_ids.tolist() == b.tag_ids.tolist() and a.steps.tolist() == b.steps.tolist()
-    assert a.order is b.order and a.n_read == b.n_read
-    assert [a.bounds(t) for t in range(-1, 4)] == [b.bounds(t) for t in range(-1, 4)]
-
-
-def test_a_held_layout_gives_back_every_rows_tag_and_step(tmp_path):
-    """Layers at the same steps: kept compact (a fraction of the size), made again exactly;
-    layers at different steps (the last layer not written at the last step): kept whole."""
+def test_a_held_layout_arranges_a_column_as_the_full_read(tmp_path):
+    """Layers at the same steps, stored step by step: a transposed view of the stored
+    column; the same, written in two interleaved files: a grid gathered in order; layers
+    at different steps (the last layer not written at the last step): rows kept whole."""
     _write(tmp_path / "logs" / "same", list(range(0, 60, 3)))
+    _write(tmp_path / "logs" / "two", list(range(0, 30, 3)))
+    _write(tmp_path / "logs" / "two", list(range(1, 30, 3)))
     _write(tmp_path / "logs" / "gap", list(range(30)))
     _write(tmp_path / "logs" / "gap", [30], layers=2)
     db = NumericsDB(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
     try:
-        for run, compact in (("same", True), ("gap", False)):
+        for run, grid, gathered in (
+            ("same", True, False),
+            ("two", True, True),
+            ("gap", False, True),
+        ):
             db.refresh(run)
             ids = [db.tags(run)[f"tandv/Activation/layers.{i}"][0] for i in range(3)]
-            layout = db.rows(run, ids, ())
-            held = HeldLayout.of(layout)
-            assert (held.tags is not None) == compact
-            _same_rows(held.layout(), layout)
-            if compact:
-                assert held.nbytes() * 2 < layout.nbytes()  # 4 bytes a row against 16
-            again = db.rows(run, ids, ("mean",), layout=held.layout())
-            assert again.order is layout.order  # only the column was read
-            whole = db.rows(run, ids, ("mean",))
-            assert again.columns["mean"].tobytes() == whole.columns["mean"].tobytes()
+            rows = db.rows(run, ids, ("mean",))
+            layout = HeldLayout.of(rows)
+            assert (layout.grid is not None, layout.order is not None) == (grid, gathered)
+            alone = db.columns(run, ids, ("mean", "numel"), layout)
+            if not gathered:  # nothing written: a view of what DuckDB returned
+                assert not alone["mean"].flags.owndata
+            full = db.rows(run, ids, ("mean", "numel"))
+            for name in ("mean", "numel"):
+                assert np.array_equal(alone[name], layout.shape(full.columns[name]))
+            for tag_id in ids:
+                start, end = rows.bounds(tag_id)
+                assert layout.steps_of(tag_id).tolist() == rows.steps[start:end].tolist()
+                part = layout.part(alone["mean"], tag_id)
+                assert part.tobytes() == rows.columns["mean"][start:end].tobytes()
+            assert layout.part(alone["mean"], -1).size == layout.steps_of(-1).size == 0
+            assert layout.matches(*_stored_tags_and_steps(db, run, ids))
     finally:
         db.close()
+
+
+def _stored_tags_and_steps(db: NumericsDB, run: str, ids: list[int]):
+    table = db._numpy(
+        "SELECT tag_id, step FROM records WHERE run_id = ? AND list_contains(?, tag_id)",
+        [db._stored_run_id(run), ids],
+    )
+    return table["tag_id"], table["step"]

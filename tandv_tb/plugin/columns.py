@@ -44,11 +44,13 @@ class Bins:
 
 @dataclasses.dataclass
 class LayerSeries:
-    """The held steps of one tag, ascending (one row per step), with the columns read."""
+    """The held steps of one tag, ascending (one row per step), with the columns read;
+    or of several tags that hold the same steps (``NumericsStore.grid``), each column a
+    [tags, steps] matrix."""
 
     tag_info: metadata.TagInfo
     steps: np.ndarray  # int64[S]
-    columns: dict[str, np.ndarray]  # name -> [S]; casts as "underflow:F" / "overflow:F"
+    columns: dict[str, np.ndarray]  # name -> [S] or [T, S]; casts "underflow:F", "overflow:F"
     bins: Bins | None = None  # where read (rows that need an estimate)
     skipped_steps: int = 0  # stored steps left out as malformed
 
@@ -79,6 +81,10 @@ class LayerSeries:
 
     def dtype(self, row: int) -> str:
         return metadata.DTYPE_CODES[int(self.dtype_codes[row])]
+
+    def last_dtype(self) -> str | None:
+        """The dtype at the last held step (None without steps)."""
+        return self.dtype(len(self) - 1) if len(self) else None
 
     def casts(self, format_name: str) -> tuple[np.ndarray, np.ndarray]:
         """Exact (underflow, overflow) of a format recorded for this tag."""

@@ -85,7 +85,7 @@ def reduce_rows(
     if n_cols == 0 or n_rows == 0:
         return out, present
     if _all_equal([steps for steps, _ in rows] + [columns.steps]):
-        return _reduce_matrix(columns, [values for _, values in rows], how), ~present
+        return reduce_matrix(columns, np.stack([values for _, values in rows]), how), ~present
     keys, values = [], []
     for index, (steps, row_values) in enumerate(rows):
         keep = _in_window(steps, low, high)
@@ -113,24 +113,44 @@ def reduce_rows(
     return out, present
 
 
+def _extreme(ufunc: np.ufunc, matrix: np.ndarray, columns: Columns) -> np.ndarray:
+    """``ufunc`` (maximum or minimum, NaN propagating) over each column's steps: of every
+    column's first step, its second, ... at once (a column's last step stands in for the
+    steps it lacks). ``ufunc.reduceat`` costs a small reduction per cell: 18 ms for 1,000
+    x 1,000 cells of 2-3 steps, against 3 ms (10 against 14 ms at 100 steps a cell)."""
+    starts, lasts = columns.bounds[:-1], columns.bounds[1:] - 1
+    out = matrix[:, starts]
+    for offset in range(1, int(columns.sizes.max())):
+        ufunc(out, matrix[:, np.minimum(starts + offset, lasts)], out=out)
+    return out
+
+
 def _all_equal(arrays: list[np.ndarray]) -> bool:
     first = arrays[0]
     return all(a is first or np.array_equal(a, first) for a in arrays[1:])
 
 
-def _reduce_matrix(columns: Columns, rows: list[np.ndarray], how: str) -> np.ndarray:
-    """``reduce_rows`` where every row holds a value at each of ``columns.steps``: the
-    rows as one matrix, each column's steps reduced at once (the same cells, in the same
-    order, as the general path)."""
-    matrix = np.stack(rows).astype(np.float64, copy=False)
-    starts = columns.bounds[:-1]
+def window(steps: np.ndarray, low: int | None, high: int | None) -> slice:
+    """The slice of ascending ``steps`` within ``[low, high]``."""
+    first = 0 if low is None else int(np.searchsorted(steps, low, side="left"))
+    last = len(steps) if high is None else int(np.searchsorted(steps, high, side="right"))
+    return slice(first, max(first, last))
+
+
+def reduce_matrix(columns: Columns, matrix: np.ndarray, how: str) -> np.ndarray:
+    """``reduce_rows`` where every row holds a value at each of ``columns.steps``:
+    ``matrix`` is [rows, steps] (in either memory order), each column's steps reduced at
+    once (the same cells as the general path)."""
+    matrix = matrix.astype(np.float64, copy=False)
+    if len(columns) == 0:
+        return np.full((len(matrix), 0), np.nan)
     if how == "max":
-        return np.maximum.reduceat(matrix, starts, axis=1)
+        return _extreme(np.maximum, matrix, columns)
     if how == "min":
-        return np.minimum.reduceat(matrix, starts, axis=1)
+        return _extreme(np.minimum, matrix, columns)
     if how == "mean":
         with np.errstate(invalid="ignore"):
-            return np.add.reduceat(matrix, starts, axis=1) / columns.sizes
+            return np.add.reduceat(matrix, columns.bounds[:-1], axis=1) / columns.sizes
     if how == "last":
         return matrix[:, columns.bounds[1:] - 1]
     raise ValueError(f"unknown reduction {how!r}")

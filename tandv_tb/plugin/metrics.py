@@ -83,7 +83,8 @@ def needs(chosen: Metric, format_name: str | None) -> Needs:
 
 
 def values(series: LayerSeries, chosen: Metric, format_name: str | None) -> tuple[np.ndarray, bool]:
-    """``(float64[S] values, exact)`` of a metric at every step of ``series``."""
+    """``(float64 values, exact)`` of a metric at every step of ``series``: [S] for one
+    layer, [layers, S] for a grid (``NumericsStore.grid``)."""
     name = chosen.metric
     if name in STATISTICS:
         return series.statistic(name), True
@@ -96,7 +97,7 @@ def values(series: LayerSeries, chosen: Metric, format_name: str | None) -> tupl
         return _infs(series).astype(np.float64), True
     if name == "nonfinite_count":
         return _nonfinite(series), True
-    numel = series.count("numel").astype(np.float64)
+    numel = series.count("numel")
     if name == "zero_fraction":
         return _fraction(series.count("zero_count"), numel), True
     if name == "nonfinite_fraction":
@@ -117,5 +118,7 @@ def _nonfinite(series: LayerSeries) -> np.ndarray:
 
 
 def _fraction(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(whole > 0, part / np.maximum(whole, 1), np.nan)
+    """``part / whole``, NaN where ``whole`` is 0; one array written, in the memory order
+    of ``part`` (a grid's columns may be transposed views)."""
+    out = np.full_like(part, np.nan, dtype=np.float64)
+    return np.divide(part, whole, out=out, where=whole > 0)

@@ -133,7 +133,8 @@ class NumericsPlugin(base_plugin.TBPlugin):
                 payload = RUN_ROUTES[json_route](query, index)
                 return to_csv(payload) if to_csv else dumps(payload)
 
-            body = self._store.cached_result(key, fingerprint, build)
+            store = self._store
+            body = store.on_worker(lambda: store.cached_result(key, fingerprint, build))
         elif json_route == FINDINGS_ROUTE:
             runs = findings_route.runs_of(query)
             fingerprint = tuple(self._store.version(run) for run in runs)

@@ -67,30 +67,37 @@ class Matrix(Numbers):
 
     def to_json(self) -> str:
         values = np.asarray(self.values, dtype=np.float64)
-        present = np.ones(values.shape, bool) if self.present is None else self.present
-        dtype = "float32" if _fits_float32(values[present & np.isfinite(values)]) else "float64"
-        data = np.where(present, values, np.nan).astype("<f4" if dtype == "float32" else "<f8")
-        missing = None
-        if not present.all():
+        present = self.present
+        if present is not None and not present.all():
+            values = np.where(present, values, np.nan)
+        else:
+            present = None
+        dtype = "float32" if _fits_float32(values) else "float64"
+        data = values.astype("<f4" if dtype == "float32" else "<f8", order="C")
+        missing = "null"
+        if present is not None:
             bits = np.packbits(~present.reshape(-1), bitorder="little")
-            missing = base64.b64encode(bits.tobytes()).decode("ascii")
-        return json.dumps(
-            {
-                "dtype": dtype,
-                "shape": list(values.shape),
-                "data": base64.b64encode(data.tobytes()).decode("ascii"),
-                "missing": missing,
-            },
-            separators=(",", ":"),
+            missing = '"' + base64.b64encode(bits).decode("ascii") + '"'
+        # base64 needs no JSON escaping: 5 MB of it are put in the text as they are
+        rows, columns = values.shape
+        return (
+            f'{{"dtype":"{dtype}","shape":[{rows},{columns}],"data":"'
+            + base64.b64encode(data.reshape(-1).view(np.uint8)).decode("ascii")
+            + f'","missing":{missing}}}'
         )
 
 
-def _fits_float32(finite: np.ndarray) -> bool:
-    magnitude = np.abs(finite)
-    in_range = (magnitude == 0) | ((magnitude >= _FLOAT32.tiny) & (magnitude <= _FLOAT32.max))
-    if not in_range.all():
+def _fits_float32(values: np.ndarray) -> bool:
+    """Whether float32 keeps every finite value: none out of its range, and no integer of
+    2**24 or more that it would change (NaN and infinities are kept by any float)."""
+    magnitude = np.abs(values)
+    finite = magnitude != np.inf
+    if ((magnitude > _FLOAT32.max) & finite).any():
         return False
-    big_integers = finite[(magnitude >= 2**24) & (finite == np.round(finite))]
+    if ((magnitude < _FLOAT32.tiny) & (magnitude != 0)).any():
+        return False
+    big = values[(magnitude >= 2**24) & finite]
+    big_integers = big[big == np.round(big)]
     return bool((big_integers.astype(np.float32).astype(np.float64) == big_integers).all())
 
 

@@ -4,10 +4,11 @@ TensorBoard's scalars, and a cache of built responses."""
 from __future__ import annotations
 
 import collections
-import dataclasses
+import concurrent.futures
 import os
 import threading
 from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 import numpy as np
 from tensorboard.data import provider as tb_provider
@@ -24,6 +25,7 @@ from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry, provider_tags, 
 SCALARS_PLUGIN = "scalars"
 #: Ask the provider for every scalar step it holds.
 ALL_SAMPLES = 1 << 40
+T = TypeVar("T")
 
 
 class _LRU:
@@ -79,11 +81,13 @@ class NumericsStore:
             if self._db is not None
             else provider_tags(data_provider)
         )
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, "tandv_tb responses")
         self._results = _LRU(result_budget, lambda item: _result_size(item[1]))
         self._columns = _LRU(column_budget, _held_size)
         self._layouts = _LRU(layout_budget, lambda held: held.nbytes())
 
     def close(self) -> None:
+        self._worker.shutdown()
         if self._db is not None:
             self._db.close()
 
@@ -139,8 +143,7 @@ class NumericsStore:
         db = self._store()
         ids = self._tag_ids(run, entries)
         present = [i for i, _ in ids if i is not None]
-        columns = tuple(dict.fromkeys(("dtype_code", *needs.columns)))
-        rows = self._rows(run, present, columns)
+        layout, columns = self._rows(run, present, needs.columns)
         recorded, estimated = {}, []
         for entry, (tag_id, _) in zip(entries, ids):
             if tag_id is not None and needs.format is not None:
@@ -148,45 +151,87 @@ class NumericsStore:
                     recorded[tag_id] = entry.info.formats.index(needs.format)
                 else:
                     estimated.append(tag_id)
-        casts = None
-        if recorded:
-            key = (run, self.version(run), tuple(present), "casts", *sorted(recorded.items()))
-            held = self._columns.get(key)
-            if held is None:
-                held = _in_layout(db.casts(run, recorded, layout=rows), rows)
-                self._columns.put(key, held)
-            casts = dataclasses.replace(rows, columns=held) if isinstance(held, dict) else held
+        casts = self._casts(run, present, recorded, layout) if recorded else None
         vectors = db.rows(run, estimated, (), vectors=True) if estimated and needs.bins else None
-        found = []
-        for entry, (tag_id, malformed) in zip(entries, ids):
-            found.append(_layer(entry.info, tag_id, malformed, rows, casts, vectors, needs.format))
-        return found
+        return [
+            _layer(entry.info, tag_id, malformed, layout, columns, casts, vectors, needs.format)
+            for entry, (tag_id, malformed) in zip(entries, ids)
+        ]
 
-    def _rows(self, run: str, tag_ids: list[int], columns: tuple[str, ...]) -> Rows:
-        """``numerics_db.rows``, each column read once per data version of the run and
-        kept (within ``column_budget``), so that another metric, column count, reduction or
-        window over the same layers reads only what it has not read yet.
+    def grid(self, run: str, entries: list[TagEntry], needs: Needs) -> LayerSeries | None:
+        """Every entry's columns at once, as [entries, steps] matrices, where they all hold
+        the same steps and ``needs`` a format only if each of them recorded it at one place
+        (nothing is estimated): a heatmap computes on one matrix instead of layer by
+        layer. None otherwise (use ``series``)."""
+        ids = self._tag_ids(run, entries)
+        if not entries or any(tag_id is None for tag_id, _ in ids):
+            return None
+        formats = {entry.info.formats for entry in entries}
+        if needs.format is not None and (
+            len(formats) != 1 or needs.format not in entries[0].info.formats
+        ):
+            return None
+        present = [tag_id for tag_id, _ in ids]
+        layout, columns = self._rows(run, present, needs.columns)
+        if layout.grid is None:
+            return None
+        if needs.format is not None:
+            index = entries[0].info.formats.index(needs.format)
+            casts = self._casts(run, present, dict.fromkeys(present, index), layout)
+            if not isinstance(casts, dict):
+                return None
+            columns = {**columns, **{f"{k}:{needs.format}": v for k, v in casts.items()}}
+        rows = [layout.grid.row_of[tag_id] for tag_id in present]
+        if rows != list(range(len(rows))):  # entries not in the order of their tag ids
+            columns = {name: values[rows] for name, values in columns.items()}
+        return LayerSeries(entries[0].info, layout.grid.steps, columns)
 
-        The rows' layout (their tags, steps and order; ``layout_budget``) and each column are
-        kept apart: a new metric reads one column and puts it in the kept order, and
-        reading many columns never evicts the layout that every query of the run uses."""
+    def _rows(
+        self, run: str, tag_ids: list[int], columns: tuple[str, ...]
+    ) -> tuple[HeldLayout, dict[str, np.ndarray]]:
+        """The layout of the tags' records and their ``columns`` (with ``dtype_code``)
+        arranged by it (``HeldLayout``). Each column is read once per data version of the
+        run and kept (within ``column_budget``), so that another metric, column count,
+        reduction or window over the same layers reads only what it has not read yet.
+
+        The layout (``layout_budget``) and each column are kept apart: a new metric reads
+        one column and arranges it, and reading many columns never evicts the layout that
+        every query of the run uses."""
+        columns = tuple(dict.fromkeys(("dtype_code", *columns)))
         base = (run, self.version(run), tuple(tag_ids))
-        held_layout = self._layouts.get(base)
-        layout = held_layout.layout() if held_layout is not None else None
+        layout = self._layouts.get(base)
         held = {c: self._columns.get((*base, c)) for c in columns} if layout else {}
         missing = tuple(c for c in columns if held.get(c) is None)
-        if missing or layout is None:
-            found = self._store().rows(run, tag_ids, missing, layout=layout)
-            if layout is not None and found.order is not layout.order:
-                # the records changed since the layout was read: read every column again
-                found, held = self._store().rows(run, tag_ids, columns), {}
-            if layout is None or found.order is not layout.order:
-                layout = dataclasses.replace(found, columns={})
-                self._layouts.put(base, HeldLayout.of(layout))  # shared steps found once
-            for name, values in found.columns.items():
-                self._columns.put((*base, name), values)
-                held[name] = values
-        return dataclasses.replace(layout, columns={c: held[c] for c in columns})
+        found = None
+        if layout is not None and missing:
+            found = self._store().columns(run, tag_ids, missing, layout)
+            if found is None:  # the records changed since the layout was read
+                layout, held = None, {}
+        if layout is None:
+            rows = self._store().rows(run, tag_ids, columns)
+            layout = HeldLayout.of(rows)
+            self._layouts.put(base, layout)
+            found = {name: layout.shape(values) for name, values in rows.columns.items()}
+        for name, values in (found or {}).items():
+            self._columns.put((*base, name), values)
+            held[name] = values
+        return layout, {c: held[c] for c in columns}
+
+    def _casts(
+        self, run: str, present: list[int], recorded: dict[int, int], layout: HeldLayout
+    ) -> dict[str, np.ndarray] | Rows:
+        """The exact casts of the ``recorded`` tags (``{tag_id: format index}``), kept like
+        a column: arranged by the layout of ``present`` where they line up with it, else as
+        ``Rows`` of their own."""
+        key = (run, self.version(run), tuple(present), "casts", *sorted(recorded.items()))
+        held = self._columns.get(key)
+        if held is None:
+            db = self._store()
+            held = db.casts_in(run, recorded, layout)
+            if held is None:
+                held = db.casts(run, recorded)
+            self._columns.put(key, held)
+        return held
 
     def record(self, run: str, entry: TagEntry, step: int | None) -> tuple[int, NumericsRecord]:
         """The held step of ``entry`` nearest to ``step`` (the last when None; the earlier
@@ -233,6 +278,15 @@ class NumericsStore:
         return {tag: data.get(tag, []) for tag in wanted}
 
     # -- results ---------------------------------------------------------------------------
+    def on_worker(self, build: Callable[[], T]) -> T:
+        """``build()``, run on the store's one worker thread (its error raised here).
+
+        TensorBoard's server starts a thread per request, and each thread's big arrays
+        came from memory the kernel had to zero again: half of a new heatmap query's time
+        in the server (``perf``, 2026-11-24). One long-lived thread reuses what its last
+        response freed, and building one response at a time bounds what they hold."""
+        return self._worker.submit(build).result()
+
     def cached_result(self, key: Hashable, fingerprint: Hashable, build: Callable[[], object]):
         """``build()``'s result, cached under ``key`` while ``fingerprint`` is unchanged."""
         item = self._results.get(key)
@@ -247,23 +301,30 @@ def _layer(
     info: TagInfo,
     tag_id: int | None,
     malformed: int,
-    rows: Rows,
-    casts: Rows | None,
+    layout: HeldLayout,
+    columns: dict[str, np.ndarray],
+    casts: dict[str, np.ndarray] | Rows | None,
     vectors: Rows | None,
     format_name: str | None,
 ) -> LayerSeries:
-    """One tag's ``LayerSeries`` out of the rows read for several tags."""
-    start, end = rows.bounds(tag_id) if tag_id is not None else (0, 0)
-    columns = {name: values[start:end] for name, values in rows.columns.items()}
-    shared = rows.shared_steps() if end > start else None
-    steps = shared if shared is not None else rows.steps[start:end]
-    series = LayerSeries(info, steps, columns, skipped_steps=malformed)
+    """One tag's ``LayerSeries`` out of the columns read for several tags."""
+    tag = -1 if tag_id is None else tag_id  # -1: no tag's id, no rows
+    series = LayerSeries(
+        info,
+        layout.steps_of(tag),
+        {name: layout.part(values, tag) for name, values in columns.items()},
+        skipped_steps=malformed,
+    )
     if tag_id is None or format_name is None:
         return series
     if format_name in info.formats and casts is not None:
-        first, last = casts.bounds(tag_id)
         for kind in ("underflow", "overflow"):
-            series.columns[f"{kind}:{format_name}"] = casts.columns[kind][first:last]
+            if isinstance(casts, dict):
+                values = layout.part(casts[kind], tag_id)
+            else:
+                first, last = casts.bounds(tag_id)
+                values = casts.columns[kind][first:last]
+            series.columns[f"{kind}:{format_name}"] = values
     elif vectors is not None:
         series.bins = _bins(vectors, tag_id, len(info.formats))
     return series
@@ -288,15 +349,6 @@ def _nearest(steps: np.ndarray, step: int) -> int:
         return right - 1
     left = right - 1
     return left if step - steps[left] <= steps[right] - step else right
-
-
-def _in_layout(found: Rows, layout: Rows) -> Rows | dict[str, np.ndarray]:
-    """Only ``found``'s columns where it has the same tags and steps as ``layout`` (casts
-    of a format every tag recorded): its tags and steps are not kept twice."""
-    same = np.array_equal(found.steps, layout.steps) and np.array_equal(
-        found.tag_ids, layout.tag_ids
-    )
-    return found.columns if same else found
 
 
 def _held_size(held: Rows | np.ndarray | dict[str, np.ndarray]) -> int:

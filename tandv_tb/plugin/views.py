@@ -13,7 +13,14 @@ from tandv_tb.disk.record import COUNTS
 from tandv_tb.plugin import difference, metrics
 from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.columns import LayerSeries, Needs, record_series
-from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows, union_steps
+from tandv_tb.plugin.downsample import (
+    REDUCTIONS,
+    Columns,
+    reduce_matrix,
+    reduce_rows,
+    union_steps,
+    window,
+)
 from tandv_tb.plugin.listing import RunIndex, TagEntry
 from tandv_tb.plugin.params import MAX_STEP, Params
 from tandv_tb.plugin.responses import Encoded, Matrix, Numbers
@@ -82,12 +89,13 @@ def _selected_layers(index: RunIndex, tensor_type: str, params: Params) -> list[
     return layers
 
 
-def _layer_json(entry: TagEntry, series: LayerSeries) -> dict:
+def _layer_json(entry: TagEntry, dtype: str | None) -> dict:
+    """A layer as the routes list it; ``dtype``: its dtype at its last held step."""
     return {
         "layer": entry.info.name,
         "module_type": entry.info.module_type,
         "order": entry.info.order,
-        "dtype": series.dtype(len(series) - 1) if len(series) else None,
+        "dtype": dtype,
     }
 
 
@@ -137,7 +145,7 @@ def layers(query: Query, index: RunIndex) -> dict:
     entries = index.layers(tensor_type)
     listed, skipped = [], []
     for entry, series in zip(entries, query.series(index, entries, Needs(("dtype_code",)))):
-        row = _layer_json(entry, series)
+        row = _layer_json(entry, series.last_dtype())
         row["formats"] = list(entry.info.formats)
         row["steps"] = len(series)
         row["first_step"] = int(series.steps[0]) if len(series) else None
@@ -183,7 +191,7 @@ def histogram(query: Query, index: RunIndex) -> dict:
         )
         dtype_info = fmt.info(record.dtype)
         item = {
-            **_layer_json(entry, one),
+            **_layer_json(entry, one.dtype(0)),
             "step": held_step,
             "dtype_min_exponent": dtype_info.min_exponent,
             "dtype_max_exponent": dtype_info.max_exponent,
@@ -225,19 +233,32 @@ def heatmap(query: Query, index: RunIndex) -> dict:
     low, high = params.step_window()
     entries = _selected_layers(index, tensor_type, params)
     other = difference.minus_index(query, index, tensor_type)
-    all_series = query.series(index, entries, metrics.needs(chosen, format_name))
-    rows, exact = [], []
-    for series in all_series:
-        values, is_exact = metrics.values(series, chosen, format_name)
-        rows.append((series.steps, values))
-        exact.append(is_exact)
-    if other is not None:
-        rows, exact = difference.subtract(
-            query, other, tensor_type, entries, rows, exact, chosen, format_name
-        )
-    steps = union_steps([row_steps for row_steps, _ in rows], low, high)
-    columns = Columns.split(steps, n_columns)
-    values, present = reduce_rows(columns, rows, how, low, high)
+    needs = metrics.needs(chosen, format_name)
+    grid = query.store.grid(index.run, entries, needs) if other is None else None
+    if grid is not None:  # every layer at the same steps: one matrix
+        matrix, is_exact = metrics.values(grid, chosen, format_name)
+        shown = window(grid.steps, low, high)
+        columns = Columns.split(grid.steps[shown], n_columns)
+        values = reduce_matrix(columns, matrix[:, shown], how)
+        present = np.ones(values.shape, dtype=bool)
+        exact = [is_exact] * len(entries)
+        codes = grid.dtype_codes[:, -1].tolist()
+        dtypes = [metadata.DTYPE_CODES[code] for code in codes]
+    else:
+        all_series = query.series(index, entries, needs)
+        rows, exact = [], []
+        for one in all_series:
+            row_values, is_exact = metrics.values(one, chosen, format_name)
+            rows.append((one.steps, row_values))
+            exact.append(is_exact)
+        if other is not None:
+            rows, exact = difference.subtract(
+                query, other, tensor_type, entries, rows, exact, chosen, format_name
+            )
+        steps = union_steps([row_steps for row_steps, _ in rows], low, high)
+        columns = Columns.split(steps, n_columns)
+        values, present = reduce_rows(columns, rows, how, low, high)
+        dtypes = [one.last_dtype() for one in all_series]
     finite = values[present & np.isfinite(values)]
     value_range = {"min": float(finite.min()), "max": float(finite.max())} if finite.size else None
     return {
@@ -247,7 +268,7 @@ def heatmap(query: Query, index: RunIndex) -> dict:
         "metric": chosen.metric,
         "format": format_name,
         "reduce": how,
-        "total_steps": len(steps),
+        "total_steps": len(columns.steps),
         "columns": Encoded(
             [
                 {"step": a, "first_step": a, "last_step": b, "count": c}
@@ -258,7 +279,7 @@ def heatmap(query: Query, index: RunIndex) -> dict:
                 )
             ]
         ),
-        "layers": Encoded([_layer_json(e, s) for e, s in zip(entries, all_series)]),
+        "layers": Encoded([_layer_json(e, dtype) for e, dtype in zip(entries, dtypes)]),
         "exact": exact,
         "values": Matrix(values, present),
         "value_range": value_range,
