@@ -1,6 +1,7 @@
 """The store's faster read paths give what its general ones give: casts read in a layout's
-row order (and the general sort where a step was written twice), NaN statistics kept NaN,
-and the numbers of a run written in several transactions."""
+row order (and the general sort where a step was written twice), columns arranged by a
+held layout, heatmaps of layers at the same steps computed as one matrix, NaN statistics
+kept NaN, and the numbers of a run written in several transactions."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ import functools
 from pathlib import Path
 
 import numpy as np
+from tensorboard import context as tb_context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from werkzeug.datastructures import MultiDict
 
 from tandv_tb import numerics_ingest
 from tandv_tb.disk.event_reader import read_chunk
 from tandv_tb.numerics_db import NumericsDB
 from tandv_tb.numerics_rows import HeldLayout
+from tandv_tb.plugin import metrics, views
+from tandv_tb.plugin.params import Params
+from tandv_tb.plugin.responses import dumps
+from tandv_tb.plugin.store import NumericsStore
 from tandv_tb.writer import NumericsWriter, RecordItem
 from tests.plugin_helpers import make_record
 
@@ -142,3 +150,58 @@ def _stored_tags_and_steps(db: NumericsDB, run: str, ids: list[int]):
         [db._stored_run_id(run), ids],
     )
     return table["tag_id"], table["step"]
+
+
+def _write_kinds(run_dir: Path, steps: int, layers: int) -> None:
+    """Layers at every step, some records empty (NaN statistics) or holding NaN and Inf."""
+    rng = np.random.default_rng(5)
+    with NumericsWriter(str(run_dir), formats=FORMATS) as writer:
+        for step in range(steps):
+            kinds = ["empty" if (step + i) % 7 == 0 else "normal" for i in range(layers)]
+            if step == 9:
+                kinds[1] = "nonfinite"
+            items = [
+                RecordItem(f"layers.{i}", make_record(rng, "bfloat16", FORMATS, kind), order=i)
+                for i, kind in enumerate(kinds)
+            ]
+            writer.add_records(step, items)
+
+
+def test_a_grid_heatmap_equals_the_layer_by_layer_one(tmp_path, monkeypatch):
+    """Layers at the same steps are computed as one matrix (``NumericsStore.grid``); the
+    same heatmaps computed layer by layer (the path of layers at different steps) are the
+    same bytes, for every metric, reduction, column count and step window."""
+    logdir = tmp_path / "logs"
+    _write_kinds(logdir / "run", steps=24, layers=4)
+    provider = data_provider.MultiplexerDataProvider(
+        plugin_event_multiplexer.EventMultiplexer(), str(logdir)
+    )
+    store = NumericsStore(provider, str(logdir), str(tmp_path / "cache"))
+    ctx = tb_context.RequestContext()
+    index = store.run(ctx, "", "run")
+
+    def heatmap(**args) -> str:
+        text = {name: str(value) for name, value in args.items()}
+        params = Params(MultiDict({"tensor_type": "Activation", **text}))
+        return dumps(views.heatmap(views.Query(store, ctx, "", params), index))
+
+    asked = []
+    for metric in metrics.METRICS:
+        for how in ("max", "min", "mean", "last"):
+            for window in ({}, {"step_min": 3, "step_max": 17}):
+                args = {"metric": metric, "reduce": how, "columns": 5, **window}
+                if metrics.METRICS[metric].needs_format:
+                    args["format"] = "float8_e5m2"
+                asked.append(args)
+    asked.append({"metric": "log2_rm2", "columns": 1000})
+    taken = []
+    grid = store.grid
+    monkeypatch.setattr(store, "grid", lambda *a: taken.append(grid(*a)) or taken[-1])
+    as_grid = [heatmap(**args) for args in asked]
+    assert all(found is not None for found in taken)  # each one took the grid path
+    monkeypatch.setattr(store, "grid", lambda *a: None)
+    try:
+        for args, body in zip(asked, as_grid):
+            assert heatmap(**args) == body, args
+    finally:
+        store.close()
