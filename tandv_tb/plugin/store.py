@@ -200,7 +200,7 @@ class NumericsStore:
         columns = tuple(dict.fromkeys(("dtype_code", *columns)))
         base = (run, self.version(run), tuple(tag_ids))
         layout = self._layouts.get(base)
-        held = {c: self._columns.get((*base, c)) for c in columns} if layout else {}
+        held = {c: self._columns.get((*base, c)) for c in columns} if layout is not None else {}
         missing = tuple(c for c in columns if held.get(c) is None)
         found = None
         if layout is not None and missing:
