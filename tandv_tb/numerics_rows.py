@@ -28,7 +28,7 @@ class Rows:
     columns: dict[str, np.ndarray]  # name -> [N]
     vectors: tuple[np.ndarray, np.ndarray] | None = None  # (bytes uint8, offsets int64[N+1])
     #: Which rows of the query's result (in stored order) these are: lets another column of
-    #: the same tags be read alone (``NumericsDB.rows(layout=...)``).
+    #: the same tags be read alone (``HeldLayout.of``, ``NumericsDB.columns``).
     order: np.ndarray | None = dataclasses.field(default=None, repr=False)
     n_read: int = 0
     _bounds: dict[int, tuple[int, int]] | None = dataclasses.field(default=None, repr=False)
@@ -109,12 +109,8 @@ class HeldLayout:
             return cls(found.n_read, found.order, None, rows)
         n_tags, n_steps = len(grid.tags), len(grid.steps)
         order = found.order
-        if found.n_read == n_tags * n_steps:
-            stored = np.arange(n_tags, dtype=order.dtype)[:, None] + n_tags * np.arange(
-                n_steps, dtype=order.dtype
-            )
-            if np.array_equal(order.reshape(n_tags, n_steps), stored):
-                order = None
+        if found.n_read == n_tags * n_steps and np.array_equal(order, _transposed(n_tags, n_steps)):
+            order = None
         return cls(found.n_read, order, grid, None)
 
     def arrange(self, stored: np.ndarray) -> np.ndarray:
@@ -251,4 +247,9 @@ def _step_major_order(tags: np.ndarray, steps: np.ndarray) -> np.ndarray | None:
         return None
     if not ((step_tags == first).all() and (by_step == held[:, None]).all()):
         return None
+    return _transposed(n_tags, n_steps)
+
+
+def _transposed(n_tags: int, n_steps: int) -> np.ndarray:
+    """The (tag, step) order of rows stored step by step, each step with every tag."""
     return (np.arange(n_tags)[:, None] + n_tags * np.arange(n_steps)).ravel()

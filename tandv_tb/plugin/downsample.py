@@ -54,16 +54,7 @@ def union_steps(step_arrays: list[np.ndarray], low: int | None, high: int | None
         steps = np.unique(step_arrays[0])
     else:
         steps = np.unique(np.concatenate(step_arrays))
-    return steps[_in_window(steps, low, high)]
-
-
-def _in_window(steps: np.ndarray, low: int | None, high: int | None) -> np.ndarray:
-    keep = np.ones(len(steps), dtype=bool)
-    if low is not None:
-        keep &= steps >= low
-    if high is not None:
-        keep &= steps <= high
-    return keep
+    return steps[window(steps, low, high)]
 
 
 def reduce_rows(
@@ -73,7 +64,8 @@ def reduce_rows(
     low: int | None = None,
     high: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(values float64[R, C], present bool[R, C])`` from each row's ``(steps, values)``.
+    """``(values float64[R, C], present bool[R, C])`` from each row's ``(steps, values)``
+    (its steps ascending).
 
     A cell reduces the row's values at the steps of its column (``how`` in REDUCTIONS);
     NaN propagates through max, min and mean. ``present`` is False where the row has no
@@ -88,9 +80,9 @@ def reduce_rows(
         return reduce_matrix(columns, np.stack([values for _, values in rows]), how), ~present
     keys, values = [], []
     for index, (steps, row_values) in enumerate(rows):
-        keep = _in_window(steps, low, high)
-        keys.append(index * n_cols + columns.column_of(steps[keep]))
-        values.append(row_values[keep])
+        shown = window(steps, low, high)
+        keys.append(index * n_cols + columns.column_of(steps[shown]))
+        values.append(row_values[shown])
     key = np.concatenate(keys)
     value = np.concatenate(values).astype(np.float64)
     if len(key) == 0:
