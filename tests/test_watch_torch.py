@@ -13,7 +13,7 @@ from torch import nn
 
 import tandv_tb
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
-from tandv_tb.stats.finite import has_nonfinite
+from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
 from tandv_tb.torch import track, watch
 from tests.test_torch_support import GPT, gpt_loss
 
@@ -184,12 +184,17 @@ def test_the_bit_pattern_check_finds_nan_and_inf_and_only_them(dtype):
         -largest,
         ml_dtypes.finfo(numpy_dtype).smallest_subnormal,
     )
-    assert not has_nonfinite(values, dtype)
-    assert not has_nonfinite(values[:0], dtype)
-    for bad in (NAN, INF, -INF):
+    blocks = [values, values[:0]]
+    for position, bad in ((517, NAN), (0, INF), (1000, -INF), (6, -NAN)):
         poisoned = values.copy()
-        poisoned[517] = bad
-        assert has_nonfinite(poisoned, dtype)
+        poisoned[position] = bad
+        blocks.append(poisoned)
+    expected = [not np.isfinite(block.astype(np.float64)).all() for block in blocks]
+    assert expected == [False, False, True, True, True, True]
+    addresses = np.array([block.ctypes.data for block in blocks], dtype=np.int64)
+    counts = np.array([block.size for block in blocks], dtype=np.int64)
+    assert nonfinite_at(addresses, counts, dtype).tolist() == expected
+    assert [nonfinite_in(int(a), int(n), dtype) for a, n in zip(addresses, counts)] == expected
 
 
 def test_finite_values_whose_sum_overflows_write_nothing(tmp_path):

@@ -85,11 +85,72 @@ def test_finite_values_whose_sum_overflows_are_not_reported(tmp_path, layout):
 
 
 def test_a_permuted_tensor_is_read_in_place_and_others_are_not():
+    """The bit-pattern check reads ``numel()`` values from ``data_ptr()``: for a tensor
+    dense in memory in some order of its dimensions those are exactly its values."""
     base = torch.randn(3, 4, 5)
     size_one = torch.randn(3, 1, 5).transpose(0, 2)
-    for view in (base.transpose(0, 2), base.permute(1, 2, 0), size_one):
-        dense = watch._in_memory_order(view)
-        assert dense.is_contiguous() and dense.data_ptr() == view.data_ptr()
-        assert sorted(dense.flatten().tolist()) == sorted(view.flatten().tolist())
-    assert watch._in_memory_order(base[:, ::2]) is None
-    assert watch._in_memory_order(torch.randn(4, 1).expand(4, 3)) is None
+    offset = torch.randn(4, 4, 5)[1:].transpose(1, 2)  # dense, from the 21st value
+    for view in (base.transpose(0, 2), base.permute(1, 2, 0), size_one, offset):
+        assert not view.is_contiguous() or view is size_one
+        assert watch._dense(view)
+        block = view.as_strided((view.numel(),), (1,))
+        assert block.data_ptr() == view.data_ptr()
+        assert sorted(block.tolist()) == sorted(view.flatten().tolist())
+    assert not watch._dense(base[:, ::2])
+    assert not watch._dense(torch.randn(4, 1).expand(4, 3))
+
+
+class Large(nn.Module):
+    """An output of more than ``watch._SUMMED_FROM`` values (summed by torch, or read by
+    its bit patterns when 16-bit) with ``bad`` written into it at step ``at``."""
+
+    def __init__(self, dtype: torch.dtype, layout, bad: list[float], at: int) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones((), dtype=dtype))
+        self.dtype, self.layout, self.bad, self.at = dtype, layout, bad, at
+        self.step = 0
+        self.returned: torch.Tensor | None = None
+
+    def forward(self, x):
+        y = torch.ones(513, 512, dtype=self.dtype) * self.scale
+        if self.step == self.at:
+            y = y.clone()
+            y.view(-1)[-len(self.bad) :] = torch.tensor(self.bad, dtype=self.dtype)
+        out = self.layout(y)
+        if self.step == self.at:
+            self.returned = out.detach()
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_a_large_tensor_is_counted_exactly_and_a_finite_overflow_is_not_reported(
+    tmp_path, dtype, layout
+):
+    arrange = {"contiguous": lambda y: y, "transposed": torch.t, "sliced": LAYOUTS["sliced"]}
+    arrange = arrange[layout]
+    bad = [NAN, NAN, INF, INF, -INF, -INF, 1.0, 0.0, -INF]  # each on both column parities
+    module = Large(dtype, arrange, bad, at=2)
+    assert watch._SUMMED_FROM <= 513 * 512
+    _train(tmp_path / "bad", module)
+    # summed by torch unless 16-bit and dense (read by its bit patterns)
+    summed = dtype.itemsize >= 4 or layout == "sliced"
+    assert (watch._block_format(module.returned) is None) == summed
+    values = module.returned.float().numpy()
+    want = NonfiniteEntry(
+        "Activation",
+        "Large",
+        int(np.isnan(values).sum()),
+        int(np.isposinf(values).sum()),
+        int(np.isneginf(values).sum()),
+    )
+    assert want.nan and want.posinf and want.neginf
+    found = read_nonfinite(tmp_path / "bad")
+    assert [s.step for s in found] == [2]
+    assert [e for e in found[0].entries if e.tensor_type == "Activation"] == [want]
+
+    largest = torch.finfo(dtype).max
+    module = Large(dtype, arrange, [largest] * 513, at=2)  # finite; the sum overflows
+    _train(tmp_path / "finite", module)
+    assert torch.isinf(module.returned.sum(dtype=dtype)) and module.returned.isfinite().all()
+    assert read_nonfinite(tmp_path / "finite") == []

@@ -100,10 +100,13 @@ class Tracker(TrackerBase):
 
     def _watched_step(self) -> bool:
         """End an untracked step with the watch; whether it found NaN/Inf."""
-        for p, tensor_type, tensor in self._parameters.tensors(
+        tensors = self._parameters.tensors(
             self._selected, weights=self._track_weights, optimizer_state=self._track_optimizer
-        ):
-            self._watch.check(p.name, tensor_type, tensor, sharded=self._parameters.sharded)
+        )
+        self._watch.check_all(
+            ((p.name, tensor_type, tensor) for p, tensor_type, tensor in tensors),
+            sharded=self._parameters.sharded,
+        )
         found = self._watch.drain()
         if self._combiner is not None:
             found = across_ranks(found, self._combiner.group, self._combiner.device)

@@ -3,22 +3,22 @@
 On a step the tracker does not track, every tensor it would track is checked where it
 lies, without a host sync per tensor:
 
-- a CPU tensor by one pass over its bit patterns in the calling thread
-  (``tandv_tb.stats.finite``), read at once: on the CPU there is no device to wait for. A
-  tensor whose values are dense in memory in another order of its dimensions (a
-  transposed gradient: 8 tensors, 4 M values a step of the reference workload) is read
-  through the permutation that makes it contiguous, in memory order; only other strided
-  tensors and float8 ones are summed (numpy's strided ``sum``), a sum's overflow told
-  from NaN/Inf by counting. Only a tensor found non-finite is counted exactly. The work
-  stays in the training thread: a torch reduction wakes torch's OpenMP workers, which
-  inside a training step cost more than the reduction (a ``sum`` of 12.6 M float32
-  values: 186 ms against 3.3 ms for numpy's on the shared 2-core VM under load,
-  2026-11-23), as the statistics kernel found. Nor do a worker thread or a parallel
-  numba kernel pay: on 2 busy cores both were slower than reading in the training
-  thread, and a module output may be edited in place right after its hook
-  (``ReLU(inplace=True)``, ``out += identity``), which a later read would miss. Reading
-  every value once at memory speed costs untracked steps about 1.05x on the reference
-  CPU workload (the target is 1.03x; bench/RESULTS.md, Session 9);
+- a CPU tensor is read at once (on the CPU there is no device to wait for), at the hook
+  that hands it over: a module output may be edited in place right after its hook
+  (``ReLU(inplace=True)``, ``out += identity``), which a later read would miss.
+  - One of 32 or 64-bit floats with at least ``_SUMMED_FROM`` values is summed by torch,
+    on the intra-op threads training uses: reading on both cores makes the untracked step
+    about 1.5% of a step cheaper than reading in the training thread alone
+    (bench/RESULTS.md, Session 11). A sum reaches NaN or Inf whenever a value is one; a
+    finite sum that overflows is told from them by counting.
+  - A smaller one, or one of 16-bit floats, dense in memory in some order of its
+    dimensions (a transposed gradient too), is read by one pass over its bit patterns
+    (``tandv_tb.stats.finite``); the weights, gradients and optimizer state read at
+    ``step()`` (200-odd tensors on the reference workload) in one call.
+  - Any other (sliced or broadcast, float8) is summed.
+  Only a tensor found non-finite is counted exactly. Neither a worker thread nor a
+  parallel numba kernel pays: both compete with torch's own threads for the cores
+  (Session 9).
 - a tensor on another device by its NaN, +Inf and -Inf counts, computed there and kept
   there until ``step()``, which reads all of them in one transfer per device.
 
@@ -32,25 +32,32 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Iterable
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from tandv_tb.disk.nonfinite import NonfiniteEntry, merge
-from tandv_tb.stats.finite import has_nonfinite
+from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
 from tandv_tb.torch.recorder import DTensor
 from tandv_tb.torch.skips import untrackable_reason
 
-_NUMPY_SUMMED = (torch.float32, torch.float64, torch.float16)
-#: Formats checked by their bit patterns: the dtype to view a tensor as first (numpy has
-#: no bfloat16: its patterns are viewed as int16), or None, and the format's name.
-_PATTERNS = {
-    torch.float32: (None, "float32"),
-    torch.float64: (None, "float64"),
-    torch.float16: (None, "float16"),
-    torch.bfloat16: (torch.int16, "bfloat16"),
+#: From this many values a CPU tensor of 32 or 64-bit floats is summed by torch, over its
+#: intra-op threads (the cores training uses, awake between its operations), instead of
+#: read by the bit-pattern kernel in the training thread (bench/RESULTS.md, Session 11).
+_SUMMED_FROM = 1 << 18
+#: Formats checked by their bit patterns, by dtype.
+_PATTERN_FORMATS = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
 }
+
+#: What the watch found in one tensor: its NaN, +Inf and -Inf counts (on its device, or
+#: read), or None where it holds no NaN/Inf.
+Counts = tuple[int, ...] | torch.Tensor | None
 
 
 def _counts(tensor: torch.Tensor) -> torch.Tensor:
@@ -59,39 +66,59 @@ def _counts(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _on_host(tensor: torch.Tensor) -> bool:
-    return tensor.device.type == "cpu"
+    return tensor.is_cpu
 
 
-def _may_be_nonfinite(tensor: torch.Tensor) -> bool:
-    """False where a CPU tensor surely holds no NaN/Inf."""
-    pattern = _PATTERNS.get(tensor.dtype)
-    dense = None if pattern is None else _in_memory_order(tensor)
-    if dense is None:
-        return not _sum_is_finite(tensor)
-    if pattern[0] is not None:
-        dense = dense.view(pattern[0])
-    return has_nonfinite(dense.numpy(), pattern[1])
-
-
-def _in_memory_order(tensor: torch.Tensor) -> torch.Tensor | None:
-    """A contiguous view of ``tensor``'s values (its dimensions permuted into memory
-    order) where they are dense in memory, else None (a broadcast or sliced tensor)."""
+def _dense(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s values fill one block of memory from its ``data_ptr()``, in the
+    order of its dimensions or another (a transposed gradient), not broadcast or sliced."""
     if tensor.is_contiguous():
-        return tensor
+        return True
     order = sorted(range(tensor.dim()), key=tensor.stride, reverse=True)
-    permuted = tensor.permute(order)
-    return permuted if permuted.is_contiguous() else None
+    return tensor.permute(order).is_contiguous()
+
+
+def _block_format(tensor: torch.Tensor) -> str | None:
+    """The format to read ``tensor``'s bit patterns in, where it is a CPU tensor dense in
+    memory that torch does not sum faster; else None."""
+    format_name = _PATTERN_FORMATS.get(tensor.dtype)
+    if (
+        format_name is not None
+        and _on_host(tensor)
+        and (tensor.dtype.itemsize == 2 or tensor.numel() < _SUMMED_FROM)
+        and _dense(tensor)
+    ):
+        return format_name
+    return None
 
 
 def _sum_is_finite(tensor: torch.Tensor) -> bool:
-    """Whether the sum of a CPU tensor is finite (float16 summed in float32: its own sum
-    overflows at 65,504)."""
-    if tensor.dtype in _NUMPY_SUMMED:
-        values = tensor.numpy()
-        with np.errstate(over="ignore", invalid="ignore"):  # what the sum is for
-            total = values.sum(dtype=np.float32 if values.itemsize == 2 else None)
-        return math.isfinite(total)
-    return math.isfinite(tensor.sum(dtype=torch.float32).item())
+    """Whether the sum of a CPU tensor is finite: NaN and Inf reach any sum of them, and
+    a finite sum that overflows is told from them by counting (float16 and bfloat16 are
+    summed in float32: float16's own sum overflows at 65,504)."""
+    wide = torch.float32 if tensor.dtype.itemsize < 4 else None
+    return math.isfinite(tensor.sum(dtype=wide).item())
+
+
+class _Blocks:
+    """CPU tensors dense in memory, read by their bit patterns in one call per format."""
+
+    def __init__(self) -> None:
+        # format -> its tensors, by slot (which keeps them alive until ``read``)
+        self._by_format: dict[str, dict[int, torch.Tensor]] = {}
+
+    def add(self, slot: int, tensor: torch.Tensor, format_name: str) -> None:
+        self._by_format.setdefault(format_name, {})[slot] = tensor
+
+    def read(self) -> list[tuple[int, torch.Tensor]]:
+        """The slots, and tensors, that hold NaN or Inf."""
+        flagged = []
+        for format_name, tensors in self._by_format.items():
+            addresses = np.array([t.data_ptr() for t in tensors.values()], dtype=np.int64)
+            counts = np.array([t.numel() for t in tensors.values()], dtype=np.int64)
+            flags = nonfinite_at(addresses, counts, format_name).tolist()
+            flagged.extend(item for item, flag in zip(tensors.items(), flags) if flag)
+        return flagged
 
 
 class Watch:
@@ -106,39 +133,89 @@ class Watch:
         self._found: list[tuple[str, str, tuple[int, ...] | torch.Tensor]] = []
         # id(tensor) -> (a weak reference to it, its version, its counts or None if clean):
         # a container module's output is often its last child's
-        self._checked: dict[int, tuple[weakref.ref, int, tuple[int, ...] | torch.Tensor | None]]
-        self._checked = {}
+        self._checked: dict[int, tuple[weakref.ref, int, Counts]] = {}
 
     def check(self, name: str, tensor_type: str, tensor: torch.Tensor, sharded: bool = True):
-        """Note ``tensor`` if it holds NaN/Inf (never raises: tracking never stops
-        training)."""
+        """Note ``tensor`` (a module's output or input, or a gradient w.r.t. one) if it holds
+        NaN/Inf, read now; a tensor seen before in this step, unchanged, is not read again
+        (never raises: tracking never stops training)."""
         try:
-            if DTensor is not None and isinstance(tensor, DTensor):
-                if any(placement.is_partial() for placement in tensor.placements):
-                    return
-                sharded = any(placement.is_shard() for placement in tensor.placements)
-                tensor = tensor.to_local()
-            if (not sharded and not self._replicated) or untrackable_reason(tensor):
-                return
             seen = self._checked.get(id(tensor))
             if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
                 counts = seen[2]
             else:
-                counts = self._counts(tensor.detach())
+                counts = self._read_one(tensor, sharded)
                 self._checked[id(tensor)] = (weakref.ref(tensor), tensor._version, counts)
-            if counts is not None:
-                self._found.append((name, tensor_type, counts))
         except Exception:  # an exotic tensor: the watch passes it over
             return
+        if counts is not None:
+            self._found.append((name, tensor_type, counts))
+
+    def check_all(
+        self, tensors: Iterable[tuple[str, str, torch.Tensor]], sharded: bool = True
+    ) -> None:
+        """Note each of ``tensors`` (name, tensor type, tensor: the weights, weight
+        gradients and optimizer state at ``step()``) that holds NaN/Inf, in their order,
+        the CPU ones read in one call (never raises)."""
+        named = list(tensors)
+        found = self._read([tensor for _, _, tensor in named], sharded)
+        for (name, tensor_type, _), counts in zip(named, found):
+            if counts is not None:
+                self._found.append((name, tensor_type, counts))
+
+    def _read_one(self, tensor: torch.Tensor, sharded: bool) -> Counts:
+        local = self._local(tensor, sharded)
+        if local is None:
+            return None
+        format_name = _block_format(local)
+        if format_name is None:
+            return self._counts(local.detach())
+        if nonfinite_in(local.data_ptr(), local.numel(), format_name):
+            return tuple(_counts(local.detach()).tolist())
+        return None
+
+    def _read(self, tensors: list[torch.Tensor], sharded: bool) -> list[Counts]:
+        """What each of ``tensors`` holds (None also for a tensor passed over), the blocks
+        of each format read in one call."""
+        found: list[Counts] = [None] * len(tensors)
+        blocks = _Blocks()
+        for slot, tensor in enumerate(tensors):
+            try:
+                local = self._local(tensor, sharded)
+                if local is None:
+                    continue
+                format_name = _block_format(local)
+                if format_name is None:
+                    found[slot] = self._counts(local.detach())
+                else:
+                    blocks.add(slot, local, format_name)
+            except Exception:  # an exotic tensor: the watch passes it over
+                continue
+        for slot, tensor in blocks.read():
+            found[slot] = tuple(_counts(tensor.detach()).tolist())
+        return found
+
+    def _local(self, tensor: torch.Tensor, sharded: bool) -> torch.Tensor | None:
+        """The values of ``tensor`` this rank checks (a DTensor's local shard), or None
+        where it checks none."""
+        if DTensor is not None and isinstance(tensor, DTensor):
+            if any(placement.is_partial() for placement in tensor.placements):
+                return None
+            sharded = any(placement.is_shard() for placement in tensor.placements)
+            tensor = tensor.to_local()
+        if (not sharded and not self._replicated) or untrackable_reason(tensor):
+            return None
+        return tensor
 
     @staticmethod
-    def _counts(tensor: torch.Tensor) -> tuple[int, ...] | torch.Tensor | None:
-        """Counts on the device; on the CPU counts where the sum is not finite, else None."""
+    def _counts(tensor: torch.Tensor) -> Counts:
+        """Counts on the device; on the CPU (a large tensor, one not dense in memory, or
+        float8) counts where its sum is not finite, else None."""
         if tensor.dtype.itemsize == 1:  # float8: few kernels take it
             tensor = tensor.float()
         if not _on_host(tensor):
             return _counts(tensor)
-        if not _may_be_nonfinite(tensor):
+        if _sum_is_finite(tensor):
             return None
         return tuple(_counts(tensor).tolist())
 
