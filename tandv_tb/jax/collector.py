@@ -110,8 +110,8 @@ class Collector:
                 self.config.skips.skip(name, value_type, verdict)
             return x
         if self.owns_current_trace():
-            tied = self._record(name, value_type, module_type, x)
-            return x if tied is None else tied
+            self._record(name, value_type, module_type, x)
+            return x
         on_backward = None
         if self.config.gradients:
             on_backward = functools.partial(self._record, name, gradient_type, module_type)
@@ -146,16 +146,12 @@ class Collector:
             self.entries = [entry for entry in self.entries if entry[3] is not None]
         self._deferred = []
 
-    def _record(
-        self, name: str, tensor_type: str, module_type: str, x: jax.Array
-    ) -> jax.Array | None:
-        """Compute ``x``'s statistics; may return an array with the same values to use in
-        its place (the watch's does)."""
+    def _record(self, name: str, tensor_type: str, module_type: str, x: jax.Array) -> None:
+        """Compute ``x``'s statistics, in the program being traced."""
         if not self.owns_current_trace():
             self.config.skips.skip(name, tensor_type, NESTED)
-            return None
+            return
         self.entries.append((name, tensor_type, module_type, self._pending(x)))
-        return None
 
     def _pending(self, x: jax.Array) -> Pending:
         known = self._computed.get(id(x))

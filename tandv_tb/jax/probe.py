@@ -17,13 +17,11 @@ import jax
 
 def probe(
     x: jax.Array,
-    on_forward: Callable[[jax.Array], jax.Array | None],
-    on_backward: Callable[[jax.Array], jax.Array | None] | None,
+    on_forward: Callable[[jax.Array], None],
+    on_backward: Callable[[jax.Array], None] | None,
 ) -> tuple[jax.Array, bool]:
     """``x`` unchanged, with ``on_forward(primal)`` called now if ``x`` is being
-    differentiated and ``on_backward(cotangent)`` when its cotangent is computed. Either
-    may return an array with the same values to be used in place of the one it was given
-    (the watch's ordering barrier).
+    differentiated and ``on_backward(cotangent)`` when its cotangent is computed.
 
     Also returns whether the forward rule ran (False: ``x`` is not differentiated here).
     """
@@ -35,12 +33,13 @@ def probe(
 
     def forward(value):
         ran.append(True)
-        replaced = on_forward(value)
-        return (value if replaced is None else replaced), None
+        on_forward(value)
+        return value, None
 
     def backward(_, cotangent):
-        replaced = None if on_backward is None else on_backward(cotangent)
-        return (cotangent if replaced is None else replaced,)
+        if on_backward is not None:
+            on_backward(cotangent)
+        return (cotangent,)
 
     identity.defvjp(forward, backward)
     return identity(x), bool(ran)

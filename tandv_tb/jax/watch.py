@@ -13,19 +13,14 @@ untracked step cost 1.031x of plain in CPU time against 1.063x, 2026-11-23). Oth
 arrays given to ``step()`` are counted in one compiled program. Everything stays on its
 device until ``step()`` reads it all in one ``jax.device_get``.
 
-Inside the compiled variant each module output and cotangent is counted where it is
-computed: the array and its counts leave one ``lax.optimization_barrier`` together and
-the rest of the program uses the array from there (``_tied``), so the count reads it
-while it is likely still in the cache, not wherever XLA would schedule it; the barrier
-is an identity (the training's values stay bit for bit the same, checked by the tests
-and on the reference workload; as with the counts themselves, this rests on XLA
-computing a value the same whichever kernel it is fused into). The counts of all arrays are
-stacked in one operation. On the reference workload the watched program cost, in CPU
-time against the user's, 1.041x before these two changes, 1.027x with the one stack,
-1.017x with the barrier too (20 rounds, same run, load 5-6, 2026-11-24). The whole
-untracked step did not show the gain in ``bench/overhead_jax.py --pairs 30`` (1.035x of
-plain against 1.037x before, back to back): the watch is still above its 1.03x goal on
-that workload, about 1.03-1.05x (``bench/RESULTS.md``, Session 9).
+Inside the compiled variant each module output and cotangent is counted where XLA
+schedules it, and the counts of all arrays are stacked in one operation (the watched
+program of the reference workload cost 1.041x of the user's before, 1.027x with the one
+stack, 20 rounds, 2026-11-24). Tying each count to its array by a
+``lax.optimization_barrier``, so that it read the array right after it was computed, was
+tried and taken out: on a quiet machine it cost more than it saved (1.039-1.052x of the
+user's program against 1.021-1.026x without it, three runs of 30 pairs; 1.060x against
+1.013x beside a busy core, 2026-11-24, ``bench/RESULTS.md``, Session 11).
 
 The three counts are one variadic ``lax.reduce``: a single pass over the array (three
 separate sums are not fused by XLA's CPU backend: 30 ms against 0.67 ms for 10 M float32
@@ -44,7 +39,7 @@ import numpy as np
 from jax import lax
 
 from tandv_tb.disk.nonfinite import NonfiniteEntry, merge
-from tandv_tb.jax.collector import NESTED, Collector, Slot
+from tandv_tb.jax.collector import Collector, Slot
 from tandv_tb.jax.compiled import Packed
 
 
@@ -97,33 +92,8 @@ def output_counts(outputs: object) -> jax.Array:
     return stack_counts(_float_leaves(outputs))
 
 
-def _tied(x: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """``x`` (the same values) and its three counts, through ``lax.optimization_barrier``:
-    what uses the returned ``x`` runs after the counts, so they read ``x`` right after it
-    was computed (see the module's docstring)."""
-    return lax.optimization_barrier((x, count_scalars(x)))
-
-
 class WatchCollector(Collector):
     """A ``Collector`` that keeps only each value's NaN/Inf counts."""
-
-    def _record(
-        self, name: str, tensor_type: str, module_type: str, x: jax.Array
-    ) -> jax.Array | None:
-        """Count ``x``; traced, returns ``x`` tied to its counts by an optimization
-        barrier, for the probe to pass on in its place (see ``_tied``)."""
-        if not self.owns_current_trace():
-            self.config.skips.skip(name, tensor_type, NESTED)
-            return None
-        known = self._computed.get(id(x))
-        if (known is not None and known[0] is x) or not isinstance(x, jax.core.Tracer):
-            self.entries.append((name, tensor_type, module_type, self._pending(x)))
-            return None
-        tied, found = _tied(x)
-        self._computed[id(x)] = (x, found)
-        self._computed[id(tied)] = (tied, found)
-        self.entries.append((name, tensor_type, module_type, found))
-        return tied
 
     def _pending(self, x: jax.Array) -> tuple[jax.Array, ...] | jax.Array:
         """``x``'s counts (also of an input deferred to ``finish``): three scalars in a

@@ -1,6 +1,5 @@
-"""Inside the watch's compiled variant each module output is passed on tied to its counts
-(an optimization barrier): a jitted forward pass, not differentiated, gives the same
-outputs bit for bit and exact counts."""
+"""The watch's compiled variant of a jitted forward pass, not differentiated: the same
+outputs bit for bit, and exact counts of each module output."""
 
 from __future__ import annotations
 
