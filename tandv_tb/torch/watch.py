@@ -191,8 +191,11 @@ class Watch:
                     blocks.add(slot, local, format_name)
             except Exception:  # an exotic tensor: the watch passes it over
                 continue
-        for slot, tensor in blocks.read():
-            found[slot] = tuple(_counts(tensor.detach()).tolist())
+        try:
+            for slot, tensor in blocks.read():
+                found[slot] = tuple(_counts(tensor.detach()).tolist())
+        except Exception:  # never expected: the watch passes the step's blocks over
+            pass
         return found
 
     def _local(self, tensor: torch.Tensor, sharded: bool) -> torch.Tensor | None:
