@@ -56,20 +56,26 @@ def _train(logdir, module: Reshaped, steps: int = 4) -> None:
             tracker.step()
 
 
+def _activation_entry(name: str, returned: torch.Tensor) -> NonfiniteEntry:
+    """The entry the watch must write for the module output ``returned``, counted by numpy
+    in float64 (exact for every float dtype)."""
+    values = returned.double().numpy()
+    return NonfiniteEntry(
+        "Activation",
+        name,
+        int(np.isnan(values).sum()),
+        int(np.isposinf(values).sum()),
+        int(np.isneginf(values).sum()),
+    )
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_nan_and_both_infs_counted_exactly_in_every_layout(tmp_path, layout):
     bad = [NAN, INF, -INF, INF, 1.0, -INF, NAN, 0.0, -INF]  # the first row of 6, and more
     module = Reshaped(LAYOUTS[layout], bad, at=2)
     _train(tmp_path, module)
     assert not module.returned.is_contiguous()
-    values = module.returned.numpy()
-    want = NonfiniteEntry(
-        "Activation",
-        "Reshaped",
-        int(np.isnan(values).sum()),
-        int(np.isposinf(values).sum()),
-        int(np.isneginf(values).sum()),
-    )
+    want = _activation_entry("Reshaped", module.returned)
     assert want.posinf and want.neginf  # both infinities, also where a sum gives NaN
     found = read_nonfinite(tmp_path)
     assert [s.step for s in found] == [2]
@@ -136,14 +142,7 @@ def test_a_large_tensor_is_counted_exactly_and_a_finite_overflow_is_not_reported
     # summed by torch unless 16-bit and dense (read by its bit patterns)
     summed = dtype.itemsize >= 4 or layout == "sliced"
     assert (watch._block_format(module.returned) is None) == summed
-    values = module.returned.float().numpy()
-    want = NonfiniteEntry(
-        "Activation",
-        "Large",
-        int(np.isnan(values).sum()),
-        int(np.isposinf(values).sum()),
-        int(np.isneginf(values).sum()),
-    )
+    want = _activation_entry("Large", module.returned)
     assert want.nan and want.posinf and want.neginf
     found = read_nonfinite(tmp_path / "bad")
     assert [s.step for s in found] == [2]

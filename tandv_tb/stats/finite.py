@@ -67,7 +67,7 @@ def nonfinite_in(address: int, count: int, dtype_name: str) -> bool:
     from ``address``, hold NaN or Inf.
 
     The caller keeps the memory alive and vouches for its extent: nothing here can check
-    it.
+    it. (A call of its own, with no arrays to build: a hook's check of one tensor.)
     """
     return _block_nonfinite(address, count, *_FORMATS[dtype_name])
 

@@ -65,6 +65,11 @@ def _counts(tensor: torch.Tensor) -> torch.Tensor:
     return torch.stack((tensor.isnan().sum(), tensor.isposinf().sum(), tensor.isneginf().sum()))
 
 
+def _read_counts(tensor: torch.Tensor) -> tuple[int, ...]:
+    """The counts of a CPU tensor found (or likely) to hold NaN/Inf, read."""
+    return tuple(_counts(tensor.detach()).tolist())
+
+
 def _on_host(tensor: torch.Tensor) -> bool:
     return tensor.is_cpu
 
@@ -171,7 +176,7 @@ class Watch:
         if format_name is None:
             return self._counts(local.detach())
         if nonfinite_in(local.data_ptr(), local.numel(), format_name):
-            return tuple(_counts(local.detach()).tolist())
+            return _read_counts(local)
         return None
 
     def _read(self, tensors: list[torch.Tensor], sharded: bool) -> list[Counts]:
@@ -193,7 +198,7 @@ class Watch:
                 continue
         try:
             for slot, tensor in blocks.read():
-                found[slot] = tuple(_counts(tensor.detach()).tolist())
+                found[slot] = _read_counts(tensor)
         except Exception:  # never expected: the watch passes the step's blocks over
             pass
         return found
@@ -220,7 +225,7 @@ class Watch:
             return _counts(tensor)
         if _sum_is_finite(tensor):
             return None
-        return tuple(_counts(tensor).tolist())
+        return _read_counts(tensor)
 
     def drain(self) -> list[NonfiniteEntry]:
         """The step's entries (one transfer per device); the watch is empty afterwards."""
