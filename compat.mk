@@ -8,11 +8,11 @@
 # pkg_resources, which setuptools 82 removed: a working install of it has an older
 # setuptools, so the oldest job gets one too.
 # TB_OLDEST and PROTOBUF_OLDEST are the floors in pyproject.toml
-# (tests/test_tensorboard_version.py checks it).
+# (tests/project/test_tensorboard_version.py checks it).
 TB_OLDEST := 2.17.1
 PROTOBUF_OLDEST := 6.31.1
 COMPAT := .compat
-COMPAT_TEST := tests/test_tensorboard_version.py tests/test_plugin_e2e.py
+COMPAT_TEST := tests/project/test_tensorboard_version.py tests/plugin/test_plugin_e2e.py
 
 .PHONY: compat compat-oldest compat-newest
 

@@ -30,7 +30,7 @@ import lightning.pytorch as L  # noqa: E402
 from bench.overhead_torch import BATCH, LENGTH, VOCAB, make_model, timed, train_step  # noqa: E402
 from tandv_tb.lightning import NumericsCallback  # noqa: E402
 from tandv_tb.torch import track  # noqa: E402
-from tests.test_torch_support import gpt_loss  # noqa: E402
+from tests.helpers.torch_models import gpt_loss  # noqa: E402
 
 WARMUP = 3
 

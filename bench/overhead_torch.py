@@ -53,7 +53,7 @@ sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 
 from bench.timing import pair_count, wall_and_cpu  # noqa: E402
 from tandv_tb.torch import track  # noqa: E402
-from tests.test_torch_support import GPT, gpt_loss  # noqa: E402
+from tests.helpers.torch_models import GPT, gpt_loss  # noqa: E402
 
 FLOOR = "floor (plain + one sum per tensor)"
 EVERY10, EVERY10_OFF = "track every=10", "track every=10, no watch"

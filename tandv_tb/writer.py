@@ -343,7 +343,7 @@ class NumericsWriter:
         if self._kind == "own":
             self._events.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
             return
-        # Private, pinned by tests/test_private_api_pins.py: neither SummaryWriter has a
+        # Private, pinned by tests/project/test_private_api_pins.py: neither SummaryWriter has a
         # public method that writes a Summary proto, and a second event file of our own in
         # its directory would not be "beside its scalars" (TensorBoard's loader without the
         # data server reads only the newest file of a run once it moves to it). It is what

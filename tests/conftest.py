@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_helpers import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="module")
@@ -28,3 +28,10 @@ def pytest_configure(config):
     import tempfile
 
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tandv_tb-test-cache-")
+
+
+def pytest_collection_modifyitems(items):
+    """Every test that uses Chromium carries the ``browser`` marker, wherever it lives."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)

@@ -90,7 +90,7 @@ def _nnx_options(wrapped) -> dict:
 def unwrap(fn: object) -> Unwrapped | None:
     """How ``fn`` was jitted, or None for a function that is not (``UnsupportedJit`` for
     one whose options cannot be reproduced)."""
-    # ``_jit_info`` is private, pinned by tests/test_private_api_pins.py: jax has no public
+    # ``_jit_info`` is private, pinned by tests/project/test_private_api_pins.py: jax has no public
     # way to read a jitted function's options (static and donated arguments, shardings).
     # Without them a tracked step could only run the function eagerly: 2.26x of plain
     # training against 1.28x compiled again with them (bench/private_apis.py, 2026-11-23).

@@ -46,7 +46,7 @@ _API_MAJOR, _API_MINOR = 0, 3
 _METADATA_EXTENSION, _EXECUTE = 1, 3
 _S64, _F64 = 5, 12
 #: Where the handler reads, in 64-bit words from a struct's start (``c_api.h``; checked
-#: against the installed header by tests/test_private_api_pins.py, which compiles it).
+#: against the installed header by tests/project/test_private_api_pins.py, which compiles it).
 #: XLA_FFI_Extension_Base: its type. XLA_FFI_Metadata_Extension: the metadata pointer.
 _EXTENSION_TYPE, _EXTENSION_METADATA = 1, 3
 #: XLA_FFI_CallFrame: extension_start, stage, args.args and rets.rets; the words read.

@@ -27,10 +27,10 @@ from tandv_tb.torch.watch import Watch
 def _in_backward() -> bool:
     """Whether autograd is running a backward pass (a checkpointed forward recomputing).
 
-    Private, pinned by tests/test_private_api_pins.py: torch has no public way to ask.
+    Private, pinned by tests/project/test_private_api_pins.py: torch has no public way to ask.
     Without it a checkpointed block's activations would be recorded twice, their counts
-    doubled (tests/test_torch_environments.py checks they are not); a call costs about
-    0.4 us (timeit, load 11 on 2 cores, 2026-11-23), once per module output on tracked
+    doubled (tests/trackers/torch/test_torch_environments.py checks they are not); a call
+    costs about 0.4 us (timeit, load 11 on 2 cores, 2026-11-23), once per module output on tracked
     steps.
     """
     graph_task_id = getattr(torch._C, "_current_graph_task_id", None)

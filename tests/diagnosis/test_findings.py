@@ -1,0 +1,354 @@
+"""``tandv_tb.findings`` and ``tandv-tb findings`` on crafted trainings whose answer is
+known: real small torch models, the real tracker, the command line run as a process."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+from torch.utils.tensorboard import SummaryWriter
+
+import tandv_tb
+from tandv_tb import NumericsWriter
+from tandv_tb.diagnosis import COLUMNS
+from tests.helpers import REPO
+from tests.helpers.torch_models import NanGradient, train
+
+NAN = float("nan")
+
+
+# -- running the command line ------------------------------------------------------------
+def _command() -> list[str]:
+    """The installed ``tandv-tb`` console script, else the same ``main`` through ``-m``."""
+    scripts = [
+        ep
+        for ep in importlib.metadata.entry_points(group="console_scripts")
+        if ep.name == "tandv-tb"
+    ]
+    script = Path(sys.executable).with_name("tandv-tb")
+    if scripts and script.exists() and scripts[0].value == "tandv_tb.diagnosis.cli:main":
+        return [str(script)]
+    return [sys.executable, "-m", "tandv_tb"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run(
+        [*_command(), *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def cli_json(logdir: Path, *args: str) -> tuple[int, list[dict]]:
+    done = cli("findings", str(logdir), "--json", *args)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def only(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
+    return frame[frame.kind == kind]
+
+
+# -- crafted trainings -------------------------------------------------------------------
+class Poison(nn.Module):
+    """The identity, but its output gets NaN at the steps in ``at``."""
+
+    def __init__(self, at: set[int]) -> None:
+        super().__init__()
+        self.at, self.step = at, 0
+
+    def forward(self, x):
+        if self.step in self.at:
+            x = x.clone()
+            x.view(-1)[:3] = NAN
+        return x
+
+
+class BackwardPoison(nn.Module):
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.step = at, 0
+
+    def forward(self, x):
+        return NanGradient.apply(x) if self.step == self.at else x
+
+
+def set_step(*modules):
+    def before(step):
+        for module in modules:
+            module.step = step
+
+    return before
+
+
+# -- nonfinite ---------------------------------------------------------------------------
+def test_nan_off_the_cadence_names_module_step_and_type(tmp_path):
+    poison = Poison({7})
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), poison, nn.Linear(8, 1))
+    train(model, tmp_path, 12, every=5, before_step=set_step(poison))
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    first = only(frame, "nonfinite")
+    assert len(first) == 1
+    row = first.iloc[0]
+    assert (row.step, row.tensor_type, row["name"], row.severity) == (7, "Activation", "1", "error")
+    assert row.value == 3
+    assert "step 7" in row.message and "'1'" in row.message and "3 NaN" in row.message
+
+    status, listed = cli_json(tmp_path)
+    assert status == 1  # an error exists: a pipeline stops here
+    nonfinite = [f for f in listed if f["kind"] == "nonfinite"]
+    assert [(f["step"], f["tensor_type"], f["name"]) for f in nonfinite] == [(7, "Activation", "1")]
+    assert all(list(f) == list(COLUMNS) for f in listed)
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["watch", "records"])
+def test_nan_born_in_backward_names_the_gradient(tmp_path, watch):
+    """With the watch (every step) or, without it, from the recorded counts in execution
+    order: the gradient the NaN was born in, not the weight gradients after it."""
+    poison = BackwardPoison(at=4)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), poison, nn.Linear(8, 1))
+    train(model, tmp_path, 6, before_step=set_step(poison), watch_nonfinite=watch)
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    row = only(frame, "nonfinite").iloc[0]
+    assert (row.step, row.tensor_type, row["name"]) == (4, "Gradient", "0")
+
+
+# -- low-precision formats -----------------------------------------------------------------
+def test_learning_rate_makes_float8_e4m3fn_overflow_from_a_known_step(tmp_path):
+    """Maximising the output's square with a big learning rate doubles the weights, and so
+    the output, about every step; the step where the output first overflows comes from
+    ml_dtypes."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 1, bias=False)
+    outputs = []
+    model.register_forward_hook(lambda m, i, out: outputs.append(out.detach().numpy().copy()))
+    train(
+        model,
+        tmp_path,
+        14,
+        lr=0.5,
+        loss_fn=lambda out, s: -out.pow(2).mean(),
+        formats=("float8_e4m3fn",),
+    )
+    casts = [np.isnan(o.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)) for o in outputs]
+    expected = next(step for step, nan in enumerate(casts) if nan.any())
+    assert 0 < expected < 13  # the crafted training does what it is meant to
+    share = casts[expected].mean()
+
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    over = only(frame, "overflow")
+    first = over[over.step == over.step.min()].iloc[0]
+    assert first.step == expected
+    assert (first.tensor_type, first["name"]) == ("Activation", "Linear")
+    assert first.value == pytest.approx(share)
+    assert first.severity == ("error" if share > 1e-3 else "warning")
+    assert "float8_e4m3fn" in first.message
+
+    status, listed = cli_json(tmp_path, "--fail-on", "error")
+    assert status == 1
+    assert min(f["step"] for f in listed if f["kind"] == "overflow") == expected
+
+
+def test_gradient_underflows_in_float8_e5m2_and_a_scale_fixes_it(tmp_path):
+    """A loss scaled by 1e-9 makes the gradients far smaller than float8_e5m2's smallest
+    subnormal; the suggested 2**k, applied to the real gradient, casts with little loss."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    grads = []
+
+    def keep_gradient(module, inputs, out) -> None:  # the gradient of layer 0's output
+        out.register_hook(lambda g: grads.append(g.numpy().copy()))
+
+    model[0].register_forward_hook(keep_gradient)
+    train(
+        model,
+        tmp_path,
+        6,
+        loss_fn=lambda out, s: 1e-9 * out.pow(2).mean(),
+        formats=("float8_e5m2",),
+    )
+
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    under = only(frame, "underflow").set_index(["tensor_type", "name"])
+    assert under.loc[("Gradient", "0"), "step"] == 0
+    assert under.loc[("Gradient", "0"), "value"] > 0.9
+    scale = only(frame, "scale").set_index(["tensor_type", "name"]).loc[("Gradient", "0")]
+    k = int(scale.value)
+    assert k > 10 and f"x 2^{k}" in scale.message and "float8_e5m2" in scale.message
+
+    def underflow_share(values: np.ndarray) -> float:
+        nonzero = values[values != 0]
+        return float((nonzero.astype(ml_dtypes.float8_e5m2) == 0).mean())
+
+    assert min(underflow_share(g) for g in grads) > 0.9
+    assert max(underflow_share(g * 2.0**k) for g in grads) < 0.05  # the scale fixes it
+
+
+# -- trends --------------------------------------------------------------------------------
+def test_dead_relu_layer(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    with torch.no_grad():
+        model[0].bias.fill_(-100.0)  # every pre-activation negative: the ReLU is dead
+    train(model, tmp_path, 8)
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    dead = only(frame, "dead").set_index(["tensor_type", "name"])
+    assert dead.loc[("Activation", "1"), "step"] == 0
+    assert dead.loc[("Activation", "1"), "value"] == 8
+    assert ("Activation", "0") not in dead.index
+    longer = tandv_tb.findings(tmp_path, dead_window=9, cache_dir=tmp_path.parent / "cache")
+    assert only(longer, "dead").empty  # 8 steps are not a window of 9
+    assert only(frame, "loss_spike").empty  # no loss scalar: no spike, no error
+
+
+def test_loss_spike_linked_to_the_first_drift_before_it(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    train(
+        model,
+        tmp_path,
+        40,
+        scalars=True,
+        loss_fn=lambda out, s: out.pow(2).mean() * (1e4 if s == 30 else 1.0),
+    )
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    spikes = only(frame, "loss_spike")
+    assert list(spikes.step) == [30]
+    drifts = only(frame, "drift")
+    assert 30 in set(drifts.step)
+    # the loss's gradient jumps first in the backward pass: the model's output
+    assert (spikes.iloc[0].tensor_type, spikes.iloc[0]["name"]) == ("Gradient", "Sequential")
+
+
+# -- divergence ----------------------------------------------------------------------------
+def test_runs_identical_until_weights_perturbed_diverge_at_that_step(tmp_path):
+    k = 9
+
+    def run(name: str, perturb: bool) -> None:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+
+        def before(step):
+            if perturb and step == k:
+                with torch.no_grad():
+                    model[2].weight.mul_(8.0)
+
+        train(model, tmp_path / name, 15, before_step=before)
+
+    run("a", False)
+    run("b", True)
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    parted = only(frame, "divergence")
+    assert len(parted) == 1
+    row = parted.iloc[0]
+    assert (row.run, row.step, row.severity) == ("a", k, "warning")
+    # the first tensor of step k in execution order that differs: layer 2's output
+    assert (row.tensor_type, row["name"]) == ("Activation", "2")
+    assert row.value == pytest.approx(-3.0, abs=0.5)  # log2 rm2: a times 8 is 3 binades
+    assert "'b'" in row.message
+    tolerant = tandv_tb.findings(
+        tmp_path, divergence_threshold=7.0, cache_dir=tmp_path.parent / "cache"
+    )
+    assert only(tolerant, "divergence").empty  # the largest difference: 64x, 6 binades
+    by_max = tandv_tb.findings(
+        tmp_path, divergence_metric="log2_max_abs", cache_dir=tmp_path.parent / "cache"
+    )
+    assert list(only(by_max, "divergence").step) == [k]
+    alone = tandv_tb.findings(tmp_path, run="a", cache_dir=tmp_path.parent / "cache")
+    assert only(alone, "divergence").empty
+
+    status, listed = cli_json(tmp_path, "--fail-on", "warning")
+    assert status == 1
+    assert [(f["run"], f["step"]) for f in listed if f["kind"] == "divergence"] == [("a", k)]
+    done = cli("findings", str(tmp_path), "--run", "b")
+    assert done.returncode == 0, done.stderr  # warnings only: not at or above "error"
+    assert "divergence" not in done.stdout
+
+
+# -- bad input -----------------------------------------------------------------------------
+def test_no_numerics_no_findings(tmp_path):
+    with SummaryWriter(str(tmp_path / "scalars_only")) as writer:
+        writer.add_scalar("loss", 1.0, 0)
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    assert list(frame.columns) == list(COLUMNS) and frame.empty
+    assert frame.dtypes["step"] == np.int64 and frame.dtypes["value"] == np.float64
+    status, listed = cli_json(tmp_path, "--fail-on", "info")
+    assert (status, listed) == (0, [])
+    done = cli("findings", str(tmp_path))
+    assert (done.returncode, done.stdout.strip()) == (0, "no findings")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("findings", "{missing}"),
+        ("findings", "{logdir}", "--bogus"),
+        ("findings", "{logdir}", "--fail-on", "fatal"),
+        ("findings", "{logdir}", "--run", "nope"),
+        ("findings",),
+        (),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tmp_path, args):
+    (tmp_path / "logdir").mkdir()
+    values = {"missing": str(tmp_path / "missing"), "logdir": str(tmp_path / "logdir")}
+    done = cli(*(a.format(**values) for a in args))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_python_api_refuses_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        tandv_tb.findings(tmp_path / "missing")
+    tmp_path.joinpath("empty").mkdir()
+    with pytest.raises(ValueError, match="no run"):
+        tandv_tb.findings(tmp_path / "empty", run="nope", cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match="underflow_share"):
+        tandv_tb.findings(tmp_path / "empty", underflow_share=-1, cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match="divergence metric"):
+        tandv_tb.findings(
+            tmp_path / "empty", divergence_metric="bogus", cache_dir=tmp_path / "cache"
+        )
+
+
+HOSTILE = "<script>alert(1)</script>\nnext line\x1b[2J\u202eevil\t"
+
+
+def test_hostile_names_are_text(tmp_path):
+    with NumericsWriter(str(tmp_path / "run\nx<b>")) as writer:
+        for step in range(3):
+            values = np.ones(16, dtype=np.float32)
+            if step == 1:
+                values[:2] = np.nan
+            writer.add_numerics(HOSTILE, values, step)
+    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    row = only(frame, "nonfinite").iloc[0]
+    assert (row.run, row["name"], row.step) == ("run\nx<b>", HOSTILE, 1)
+    status, listed = cli_json(tmp_path)
+    assert status == 1 and listed[0]["name"] == HOSTILE and listed[0]["run"] == "run\nx<b>"
+    done = cli("findings", str(tmp_path))
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2  # the header and the one finding: nothing broke the line
+    assert "\x1b" not in done.stdout and "\u202e" not in done.stdout
+    assert "\\n" in lines[1] and "<script>" in lines[1]
+
+
+def test_import_tandv_tb_loads_neither_duckdb_nor_the_engine():
+    loaded = "any(m in sys.modules for m in ('duckdb', 'tandv_tb.diagnosis'))"
+    code = f"import sys, tandv_tb; print({loaded})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.stdout.strip() == "False", done.stderr
+    assert callable(tandv_tb.findings)

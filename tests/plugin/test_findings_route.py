@@ -1,0 +1,107 @@
+"""The plugin's ``findings`` route through TensorBoard's real app (both loaders' listing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tandv_tb
+from tandv_tb import NumericsWriter
+from tests.helpers.plugin import TensorBoardApp
+
+HOSTILE = "<img src=x onerror=alert(1)>\nlayer"
+STEPS = 12
+PART = 8  # run "b" parts from run "a" here
+
+
+def _write(run_dir, nan_at: int | None, scale_from: int | None) -> None:
+    """Two layers of 64 values; ``nan_at``: NaN in the hostile one; ``scale_from``: the
+    other one 16 times larger from that step."""
+    rng = np.random.default_rng(0)
+    with NumericsWriter(str(run_dir)) as writer:
+        for step in range(STEPS):
+            values = rng.normal(size=64).astype(np.float32)
+            bigger = values * (16.0 if scale_from is not None and step >= scale_from else 1.0)
+            writer.add_numerics("fc", bigger, step)
+            hostile = values.copy()
+            if step == nan_at:
+                hostile[:5] = np.nan
+            writer.add_numerics(HOSTILE, hostile, step)
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("findings_route")
+    _write(logdir / "a", nan_at=4, scale_from=None)
+    _write(logdir / "b", nan_at=None, scale_from=PART)
+    return logdir
+
+
+@pytest.fixture(scope="module", params=["python", "rust"])
+def app(request, logdir):
+    tb = TensorBoardApp(logdir, request.param)
+    tb.wait_for(tags=4, max_step=STEPS - 1)
+    yield tb
+    tb.close()
+
+
+def test_one_run(app):
+    body = app.json("findings", run="a")
+    assert body["runs"] == ["a"]
+    first = body["findings"][0]
+    assert first == {
+        "run": "a",
+        "step": 4,
+        "kind": "nonfinite",
+        "severity": "error",
+        "tensor_type": "Activation",
+        "name": HOSTILE,
+        "value": 5.0,
+        "message": first["message"],
+        "other_run": None,
+    }
+    assert "step 4" in first["message"]
+    assert body["thresholds"]["divergence_metric"] == "log2_rm2"
+    assert not [f for f in body["findings"] if f["kind"] == "divergence"]
+
+
+def test_two_runs_part_and_most_severe_come_first(app):
+    found = app.client.get("/data/plugin/tandv/findings?run=b&run=a").get_json()
+    assert found["runs"] == ["a", "b"]
+    parted = [f for f in found["findings"] if f["kind"] == "divergence"]
+    assert [(f["run"], f["other_run"], f["step"], f["name"]) for f in parted] == [
+        ("a", "b", PART, "fc")
+    ]
+    assert parted[0]["value"] == pytest.approx(-4.0)  # log2 rm2: 16 times is 4 binades
+    ranks = [("error", "warning", "info").index(f["severity"]) for f in found["findings"]]
+    assert ranks == sorted(ranks)
+
+
+def test_repeated_request_is_cached(app):
+    first = app.get("findings", run="a").get_data()
+    assert app.get("findings", run="a").get_data() == first
+
+
+@pytest.mark.parametrize(
+    "query, status",
+    [
+        ("", 400),
+        ("?run=", 400),
+        ("?run=nope", 404),
+        ("?run=a&run=nope", 404),
+        ("?" + "&".join(f"run=r{i}" for i in range(65)), 400),
+        ("?run=" + "x" * 20_000, 400),
+    ],
+)
+def test_bad_parameters(app, query, status):
+    response = app.client.get("/data/plugin/tandv/findings" + query)
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert "error" in response.get_json()
+
+
+def test_the_route_and_the_python_api_agree(app, logdir, tmp_path):
+    served = app.json("findings", run=["a", "b"])["findings"]
+    frame = tandv_tb.findings(logdir, cache_dir=tmp_path)
+    api = {tuple(row) for row in frame.drop(columns="value").itertuples(index=False)}
+    keys = ("run", "step", "kind", "severity", "tensor_type", "name", "message")
+    assert {tuple(f[k] for k in keys) for f in served} == api
