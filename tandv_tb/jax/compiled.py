@@ -93,7 +93,7 @@ def unwrap(fn: object) -> Unwrapped | None:
     # ``_jit_info`` is private, pinned by tests/project/test_private_api_pins.py: jax has no public
     # way to read a jitted function's options (static and donated arguments, shardings).
     # Without them a tracked step could only run the function eagerly: 2.26x of plain
-    # training against 1.28x compiled again with them (bench/private_apis.py, 2026-11-23).
+    # training against 1.28x compiled again with them (bench/private_apis.py).
     # The Python function is the public ``__wrapped__``.
     info = getattr(fn, "_jit_info", None)
     if info is not None and callable(getattr(fn, "__wrapped__", None)):

@@ -1,5 +1,6 @@
 """One tracked step on the host: every recorded value's statistics fetched in one transfer,
-merged per tracked tensor (a module called several times gives one record)."""
+merged per tracked tensor (``tandv_tb.step_buffer``: a module called several times gives
+one record)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from tandv_tb.jax.compiled import Packed
 from tandv_tb.stats import Pending, TensorStats
+from tandv_tb.step_buffer import StepBuffer, merged
 
 
 @dataclasses.dataclass
@@ -58,19 +60,19 @@ class StepResults:
             id(p): TensorStats.unpack(p.dtype, p.formats, *host)
             for p, host in zip(waiting, host_pending)
         }
-        records: dict[tuple[str, str], Item] = {}
+        buffer = StepBuffer()
         for part in parts:
             items = unpacked[id(part)] if isinstance(part, Packed) else [part]
             for item in items:
                 stats = item.stats
                 if isinstance(stats, Pending):
                     stats = stats.ready if stats.ready is not None else fetched[id(stats)]
-                key = (item.name, item.tensor_type)
-                if key in records:
-                    records[key].stats = records[key].stats.merge(stats)
-                    continue
-                records[key] = Item(item.name, item.tensor_type, item.module_type, stats)
-        return list(records.values())
+                buffer.add(item.name, item.tensor_type, item.module_type, stats)
+        entries = buffer.drain()
+        on_host = merged(entries, [part for entry in entries for part in entry.parts])
+        return [
+            Item(e.name, e.tensor_type, e.module_type, stats) for e, stats in zip(entries, on_host)
+        ]
 
 
 def _unpack(pack: Packed, host: tuple) -> list[Item]:

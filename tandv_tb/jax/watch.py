@@ -9,22 +9,22 @@ usually that call's outputs (the new weights and optimizer state, the gradients)
 counts ``step()`` then takes from there, found by identity (on the reference workload
 ``step()`` took 5.1 ms of CPU a step with the 280 arrays counted by a second compiled
 program, 2.8 ms without it; with this and the reduction of ``count_scalars`` below, the
-untracked step cost 1.031x of plain in CPU time against 1.063x, 2026-11-23). Other
+untracked step cost 1.031x of plain in CPU time against 1.063x). Other
 arrays given to ``step()`` are counted in one compiled program. Everything stays on its
 device until ``step()`` reads it all in one ``jax.device_get``.
 
 Inside the compiled variant each module output and cotangent is counted where XLA
 schedules it, and the counts of all arrays are stacked in one operation (the watched
 program of the reference workload cost 1.041x of the user's before, 1.027x with the one
-stack, 20 rounds, 2026-11-24). Tying each count to its array by a
+stack, 20 rounds). Tying each count to its array by a
 ``lax.optimization_barrier``, so that it read the array right after it was computed, was
 tried and taken out: on a quiet machine it cost more than it saved (1.039-1.052x of the
 user's program against 1.021-1.026x without it, three runs of 30 pairs; 1.060x against
-1.013x beside a busy core, 2026-11-24, ``bench/RESULTS.md``, Session 11).
+1.013x beside a busy core; ``bench/RESULTS.md``).
 
 The three counts are one variadic ``lax.reduce``: a single pass over the array (three
 separate sums are not fused by XLA's CPU backend: 30 ms against 0.67 ms for 10 M float32
-values, where a plain ``sum`` takes 0.9 ms; 2026-11-23). Counts are int32 (int64 with
+values, where a plain ``sum`` takes 0.9 ms). Counts are int32 (int64 with
 ``jax_enable_x64``).
 """
 
@@ -53,7 +53,7 @@ def count_scalars(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     The reduction runs over all of ``x``'s dimensions as they are: flattening it first
     cost more inside the watched program, likely a copy of arrays XLA keeps in another
     layout than row-major (the watched step of the reference workload cost 1.068x of
-    plain in CPU time with ``ravel``, 1.046x without, same run, 2026-11-23). A compiled
+    plain in CPU time with ``ravel``, 1.046x without, same run). A compiled
     program stacks the scalars of all its arrays at once (``stack_counts``).
     """
     kind = _int_dtype()

@@ -2,16 +2,24 @@
 
 Modules: ``tracker`` (``track``, the step cycle), ``options`` (``track``'s options,
 checked), ``hooks`` (module outputs and their gradients), ``inputs`` (module inputs and
-their gradients), ``attaching`` (any tensor in a forward), ``parameters`` (weights, weight
-gradients, optimizer state), ``recorder`` (statistics started on the tensor's device),
-``collect`` (a step's pending statistics), ``reduce`` (one fetch, calls merged),
-``distributed`` (combining ranks), ``watch`` (NaN/Inf on every step), ``naming`` and
-``skips``. What the JAX tracker shares is in ``tandv_tb.tracker_base``,
-``tandv_tb.tracking``, ``tandv_tb.orders`` and ``tandv_tb.leaf_names``.
+their gradients), ``attaching`` (any tensor in a forward), ``graph_op`` (the operator the
+hooks put into ``torch.compile``'s graphs), ``parameters`` (weights, weight gradients,
+optimizer state), ``recorder`` (statistics started on the tensor's device), ``memo`` (a
+tensor seen twice in a step), ``distributed`` (combining ranks), ``watch`` (NaN/Inf on
+every step), ``naming`` and ``skips``. What the JAX tracker shares is in
+``tandv_tb.tracker_base``, ``tandv_tb.tracking``, ``tandv_tb.step_buffer``,
+``tandv_tb.orders`` and ``tandv_tb.leaf_names``.
 """
 
 from tandv_tb.torch.attaching import attach
 from tandv_tb.torch.skips import UntrackableTensorWarning
-from tandv_tb.torch.tracker import Tracker, is_tracked, track
+from tandv_tb.torch.tracker import CompiledBeforeTrackWarning, Tracker, is_tracked, track
 
-__all__ = ["Tracker", "UntrackableTensorWarning", "attach", "is_tracked", "track"]
+__all__ = [
+    "CompiledBeforeTrackWarning",
+    "Tracker",
+    "UntrackableTensorWarning",
+    "attach",
+    "is_tracked",
+    "track",
+]

@@ -1,10 +1,11 @@
 """``attach``: record any tensor inside a forward, as ``Activation`` (and its ``Gradient``).
 
-A tracker registers itself here while one of its tracked steps runs. ``attach`` first reads
-one module-level int, so outside a tracker and on untracked steps it costs a global lookup
-and a comparison. Under ``torch.compile`` that int is a guard of the compiled graph (a step
-that changes it recompiles once per state); on tracked steps the recording itself runs
-eagerly (``torch.compiler.disable``), which is a graph break at each ``attach`` call.
+A tracker registers itself here while it takes tensors: during its tracked steps, and on
+every step while its watch is on (an attached tensor is then checked for NaN/Inf as module
+outputs are). ``attach`` first reads one module-level int, so outside a tracker it costs a
+global lookup and a comparison. Under ``torch.compile`` that int is a guard of the compiled
+graph, and a traced ``attach`` hands the tensor to the graph's operator (``graph_op``) with
+no graph break: its name is decided while tracing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tandv_tb.torch import naming
+from tandv_tb.torch import graph_op, naming
 from tandv_tb.torch.skips import untrackable_reason
 from tandv_tb.tracking import SkipLog
 
@@ -37,31 +38,32 @@ def attach(tensor: torch.Tensor, name: str, module: nn.Module | None = None) -> 
     attached several times in a step gives one record covering every call. Non-tensors,
     integer and meta tensors are skipped with one warning per name; ``attach`` never raises.
 
-    Under ``torch.compile`` a tracked step has a graph break at every ``attach`` (the
-    statistics are computed eagerly); untracked steps run the compiled graph unbroken.
+    Under ``torch.compile`` it adds no graph break: the compiled graph hands the tensor
+    over as it runs.
     """
     if _active_count:
-        _record(tensor, name, module)
+        compiling = torch.compiler.is_compiling()
+        for sink in _sinks:
+            if compiling:
+                sink.trace(tensor, name, module)
+            else:
+                sink.record(tensor, name, module)
     return tensor
-
-
-@torch.compiler.disable
-def _record(tensor: object, name: object, module: nn.Module | None) -> None:
-    for sink in list(_sinks):
-        sink.record(tensor, name, module)
 
 
 class Attachments:
     """One tracker's end of ``attach``: names attached tensors and hands them to its hooks.
 
-    ``record_output(name, tensor)`` records a tensor as a module output is recorded (order
-    by first execution, gradient hook, selection, activation checkpointing).
+    ``record_output(name, module_type, tensor)`` takes a tensor as a module output is taken
+    eagerly (order by first execution, gradient hook, selection, activation
+    checkpointing), ``trace_output`` the same inside a traced graph.
     """
 
     def __init__(
         self,
         root: nn.Module,
         record_output: Callable[[str, str, torch.Tensor], None],
+        trace_output: Callable[[str, str, torch.Tensor], None],
         skips: SkipLog,
         only_training: bool,
     ) -> None:
@@ -70,12 +72,13 @@ class Attachments:
         self._modules = {id(m): m for _, m in naming.named_modules(root)}  # keeps ids valid
         self._root = naming.unwrap(root)
         self._record_output = record_output
+        self._trace_output = trace_output
         self._skips = skips
         self._only_training = only_training
         self._active = False
 
     def set_active(self, active: bool) -> None:
-        """Receive ``attach`` calls (a tracked step runs) or stop receiving them."""
+        """Receive ``attach`` calls (the tracker takes tensors this step) or stop."""
         global _active_count
         if active == self._active:
             return
@@ -102,6 +105,20 @@ class Attachments:
         except Exception as error:  # attach never stops training
             self._skips.skip(str(name), "Activation", f"{type(error).__name__}: {error}")
 
+    def trace(self, tensor: object, name: object, module: nn.Module | None) -> None:
+        """``record`` inside a graph dynamo traces: what is decided from names, modules and
+        types is decided once, while tracing."""
+        full_name = _traced_name(self, name, module)
+        if full_name is None:
+            return
+        owner = self._root if module is None else module
+        if self._only_training and not owner.training:
+            return
+        if not isinstance(tensor, torch.Tensor):
+            _traced_skip(self, full_name, _unattachable_reason(tensor))
+            return
+        self._trace_output(full_name, "", tensor)
+
     def _name(self, name: object, module: nn.Module | None) -> str | None:
         """The tracked name, or None when ``module`` belongs to another model."""
         name = name if isinstance(name, str) else str(name)
@@ -113,6 +130,16 @@ class Attachments:
                 self._skips.skip(name, "Activation", "its module is not in the tracked model")
             return None
         return f"{path}.{name}"
+
+
+@graph_op.constant_in_graph
+def _traced_name(sink: Attachments, name: object, module: nn.Module | None) -> str | None:
+    return sink._name(name, module)
+
+
+@graph_op.constant_in_graph
+def _traced_skip(sink: Attachments, name: str, reason: str) -> None:
+    sink._skips.skip(name, "Activation", reason)
 
 
 def _unattachable_reason(tensor: object) -> str | None:

@@ -33,7 +33,7 @@ from tandv_tb import formats as fmt
 from tandv_tb.disk.record import COUNTS
 from tandv_tb.stats import TensorStats
 from tandv_tb.stats.tensor_stats import MOMENTS
-from tandv_tb.torch.collect import Entry
+from tandv_tb.step_buffer import Entry
 
 _SLOT = 1 + len(MOMENTS)  # finite count, then the moments
 
@@ -150,7 +150,7 @@ class RankCombiner:
             for name, tensor_type, module_type, order, dtype, hist_lo, n_bins in rank_unknown:
                 place = self._layout.get((name, tensor_type))
                 if place is None:
-                    entry = Entry(name, tensor_type, module_type, order, True, [])
+                    entry = Entry(name, tensor_type, module_type, order)
                     self._layout[name, tensor_type] = Place(entry, dtype, hist_lo, n_bins)
                 else:
                     place.widen(dtype, hist_lo, n_bins)

@@ -5,8 +5,11 @@ hook. Unlike module backward hooks this leaves the output tensors untouched, so 
 operations on them later (``ReLU(inplace=True)``, ``out += identity``) work; such a hook
 receives the gradient w.r.t. the value the module returned.
 
-On untracked steps, with a ``Watch``, the same tensors are only checked for NaN/Inf (not
-inside ``torch.compile``d code, whose graphs stay unbroken on those steps).
+Eagerly the hooks compute statistics (tracked steps) or check for NaN/Inf (untracked
+steps, with a ``Watch``) as they fire. Under ``torch.compile`` dynamo traces them: they
+hand each tensor to the graph's ``tandv_tb::observe`` operator (``graph_op``), which gives
+it to the tracker at run time, and their gradient hooks do the same in the compiled
+backward. Which names are selected is decided once, while tracing.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 from torch import nn
 
 from tandv_tb.orders import Orders
-from tandv_tb.torch import naming
+from tandv_tb.torch import graph_op, naming
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.watch import Watch
@@ -30,23 +33,28 @@ def _in_backward() -> bool:
     Private, pinned by tests/project/test_private_api_pins.py: torch has no public way to ask.
     Without it a checkpointed block's activations would be recorded twice, their counts
     doubled (tests/trackers/torch/test_torch_environments.py checks they are not); a call
-    costs about 0.4 us (timeit, load 11 on 2 cores, 2026-11-23), once per module output on tracked
-    steps.
+    costs well under a microsecond, once per module output on tracked steps.
     """
     graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
     return graph_task_id is not None and graph_task_id() != -1
 
 
-def _eager(function: Callable) -> Callable:
-    """``function`` run eagerly under ``torch.compile`` (a graph break, real tensors)."""
-    disable = getattr(torch.compiler, "disable", None)
-    return function if disable is None else disable(function)
+@graph_op.constant_in_graph
+def _selected_in_graph(selected: Callable[[str], bool], name: str) -> bool:
+    """``selected(name)`` (regular expressions) decided while dynamo traces."""
+    return selected(name)
 
 
 class HookHandles:
     """What both sets of module hooks (outputs, inputs) share: the options they record
     with, every module by its name, and the hooks they put on: on modules for their life,
-    on leaf tensors for a step (their gradient hooks outlive the step's graph)."""
+    on leaf tensors for a step (their gradient hooks outlive the step's graph).
+
+    ``receiver_key`` names the tracker's receiver in compiled graphs (``graph_op``), and
+    ``emitting`` says whether compiled hooks hand tensors to it this step: a tracked step,
+    or any step with the watch. Dynamo guards on it, so its two values are at most two
+    variants of a compiled graph.
+    """
 
     def __init__(
         self,
@@ -67,6 +75,8 @@ class HookHandles:
         self._only_training = options.only_training
         self._orders = orders
         self._watch = watch
+        self.receiver_key = 0
+        self.emitting = True
         label = naming.root_name(root)
         modules = [(path or label, module) for path, module in naming.named_modules(root)]
         self._paths = {name for name, _ in modules}
@@ -84,6 +94,23 @@ class HookHandles:
         handle = tensor.register_hook(hook)
         if tensor.grad_fn is None:
             self._leaf_handles.append(handle)
+
+    def _selected_traced(self, name: str) -> bool:
+        """Whether ``name`` is selected, decided while dynamo traces."""
+        return _selected_in_graph(self._selected, name)
+
+    def _observe(self, name: str, tensor_type: str, module_type: str, tensor) -> None:
+        """Inside a traced graph: hand ``tensor`` (and later its gradient) to the tracker."""
+        graph_op.observe(tensor, self.receiver_key, name, tensor_type, module_type)
+        if self._gradients and tensor.requires_grad:
+            gradient_type = "Gradient" if tensor_type == "Activation" else "Input_Gradient"
+            observe = functools.partial(self._observe_gradient, name, gradient_type, module_type)
+            tensor.register_hook(observe)
+
+    def _observe_gradient(
+        self, name: str, tensor_type: str, module_type: str, grad: torch.Tensor
+    ) -> None:
+        graph_op.observe(grad, self.receiver_key, name, tensor_type, module_type)
 
     def end_step(self) -> None:
         """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
@@ -108,19 +135,29 @@ class ModuleHooks(HookHandles):
         return module.register_forward_hook(hook)
 
     def record_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
-        """Record ``tensor`` as a module output now (``attach``)."""
-        self._record_output(name, module_type, tensor)
+        """Take ``tensor`` as a module output now (``attach``, eagerly)."""
+        if self._active():
+            self._record_output(name, module_type, tensor)
+        elif self._watch is not None:
+            self._watch_output(name, tensor)
+
+    def trace_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
+        """Take ``tensor`` as a module output in a traced graph (``attach``)."""
+        if self._selected_traced(name):
+            self._observe(name, "Activation", module_type, tensor)
 
     def _on_forward(
         self, name: str, module_type: str, module: nn.Module, args: object, output: object
     ) -> None:
-        # Under torch.compile this check is traced (a guard): untracked steps run a graph
-        # without breaks; on tracked steps ``_record_output`` runs eagerly (graph breaks).
-        if not (module.training or not self._only_training):
+        if self._only_training and not module.training:
             return
-        if self._active():
+        if torch.compiler.is_compiling():
+            if self.emitting:
+                for leaf, tensor in self._output_tensors(name, output):
+                    self.trace_tensor(leaf, module_type, tensor)
+        elif self._active():
             self._record_output(name, module_type, output)
-        elif self._watch is not None and not torch.compiler.is_compiling():
+        elif self._watch is not None:
             self._watch_output(name, output)
 
     def _watch_output(self, name: str, output: object) -> None:
@@ -136,7 +173,6 @@ class ModuleHooks(HookHandles):
     def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
         self._watch.check(name, "Gradient", grad)
 
-    @_eager
     def _record_output(self, name: str, module_type: str, output: object) -> None:
         # A forward run inside a backward pass recomputes a checkpointed segment: its
         # activations were recorded in the first forward; gradient hooks are registered

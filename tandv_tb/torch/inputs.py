@@ -11,19 +11,20 @@ Inputs are named as outputs are (``name``, ``name.1``, ... by position, then
 Non-tensor inputs and integer or boolean tensors (token ids, masks) are skipped silently.
 
 On untracked steps, with a ``Watch``, the same tensors and gradients are only checked for
-NaN/Inf (not inside ``torch.compile``d code), as ``hooks`` does for outputs.
+NaN/Inf; under ``torch.compile`` the traced hooks hand them to the graph's operator, as
+``hooks`` does for outputs.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
 
 from tandv_tb.torch import naming
-from tandv_tb.torch.hooks import HookHandles, _eager, _in_backward
+from tandv_tb.torch.hooks import HookHandles, _in_backward
 
 
 class InputHooks(HookHandles):
@@ -36,16 +37,23 @@ class InputHooks(HookHandles):
     def _on_input(
         self, name: str, module_type: str, module: nn.Module, args: tuple, kwargs: dict
     ) -> None:
-        if not (module.training or not self._only_training):
+        if self._only_training and not module.training:
             return
-        if self._active():
+        if torch.compiler.is_compiling():
+            if self.emitting:
+                self._trace_inputs(name, module_type, args, kwargs)
+        elif self._active():
             self._record_inputs(name, module_type, args, kwargs)
-        elif self._watch is not None and not torch.compiler.is_compiling():
+        elif self._watch is not None:
             self._watch_inputs(name, args, kwargs)
+
+    def _trace_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
+        for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected_traced):
+            self._observe(leaf, "Input", module_type, tensor)
 
     def _watch_inputs(self, name: str, args: tuple, kwargs: dict) -> None:
         recomputed = _in_backward()
-        for leaf, tensor in self._floating_inputs(name, args, kwargs):
+        for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected):
             if not recomputed:
                 self._watch.check(leaf, "Input", tensor)
             if self._gradients and tensor.requires_grad:
@@ -55,18 +63,17 @@ class InputHooks(HookHandles):
         self._watch.check(name, "Input_Gradient", grad)
 
     def _floating_inputs(
-        self, name: str, args: tuple, kwargs: dict
+        self, name: str, args: tuple, kwargs: dict, selected: Callable[[str], bool]
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        """The floating-point inputs that are selected, with their names."""
+        """The floating-point inputs that are ``selected``, with their names."""
         leaves = list(naming.input_tensors(args, kwargs, name))
         for leaf, tensor in naming.distinct_names(leaves, name, self._paths):
-            if tensor.is_floating_point() and self._selected(leaf):
+            if tensor.is_floating_point() and selected(leaf):
                 yield leaf, tensor
 
-    @_eager
     def _record_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
         recomputed = _in_backward()  # a checkpointed forward, recorded the first time
-        for leaf, tensor in self._floating_inputs(name, args, kwargs):
+        for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected):
             order = self._orders.module(("Input", leaf))
             if not recomputed:
                 self._recorder.record(leaf, "Input", module_type, order, tensor)

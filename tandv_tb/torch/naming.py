@@ -33,8 +33,9 @@ def unwrap(module: nn.Module) -> nn.Module:
 
 
 def root_name(module: nn.Module) -> str:
-    """The name of the root module's own output: its class name (``GPT``, ``Sequential``)."""
-    return type(unwrap(module)).__name__
+    """The name of the root module's own output: its class name (``GPT``, ``Sequential``;
+    ``GPT`` too once FSDP2's ``fully_shard`` has made it an ``FSDPGPT``)."""
+    return module_type(unwrap(module))
 
 
 def module_type(module: nn.Module) -> str:

@@ -1,4 +1,12 @@
-"""Weights, their gradients and the optimizer's state, read at ``tracker.step()``."""
+"""Weights, their gradients and the optimizer's state.
+
+The weight gradients are read when the optimizer steps (a step pre-hook): they are the
+gradients the update uses (unscaled, under ``torch.amp.GradScaler``), whatever the loop
+does with them before ``tracker.step()`` (``zero_grad`` first, as nanoGPT does). Where the
+optimizer did not step (none was given, or GradScaler skipped a step over Inf) they are
+read at ``tracker.step()``. The weights and the optimizer's state are read at
+``tracker.step()``, after the update.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +28,10 @@ class NamedParameter:
     order: int
 
 
+#: A parameter, a tensor type and the tensor of that type it has.
+Named = tuple[NamedParameter, str, torch.Tensor]
+
+
 def _is_fsdp1(root: nn.Module) -> bool:
     """Whether FSDP (the FullyShardedDataParallel wrapper) shards the parameters."""
     try:
@@ -39,35 +51,32 @@ class Parameters:
         ]
         self._by_id = {id(p.parameter): p for p in self._named}
         self._optimizer = optimizer
-        self.sharded = _is_fsdp1(root)
+        #: Whether ranks hold different parts of the parameters (FSDP1's flat parameters;
+        #: a DTensor tells for itself).
+        self.combined = _is_fsdp1(root)
 
-    def record(
-        self,
-        recorder: Recorder,
-        selected: Callable[[str], bool],
-        *,
-        weights: bool,
-        optimizer_state: bool,
-    ) -> None:
-        """Record every selected weight, weight gradient and optimizer state tensor."""
-        for p, tensor_type, tensor in self.tensors(
-            selected, weights=weights, optimizer_state=optimizer_state
-        ):
+    def record(self, recorder: Recorder, tensors: Iterator[Named]) -> None:
+        """Record ``tensors`` (from ``gradients`` or ``weights_and_state``)."""
+        for p, tensor_type, tensor in tensors:
             recorder.record(
-                p.name, tensor_type, p.module_type, p.order, tensor, sharded=self.sharded
+                p.name, tensor_type, p.module_type, p.order, tensor, combined=self.combined
             )
 
-    def tensors(
-        self, selected: Callable[[str], bool], *, weights: bool, optimizer_state: bool
-    ) -> Iterator[tuple[NamedParameter, str, torch.Tensor]]:
-        """Every selected weight gradient, weight and optimizer state tensor, in that order
-        (the order in which a NaN reaches them)."""
-        named = [p for p in self._named if selected(p.name)] if weights else []
-        for p in named:
-            if p.parameter.grad is not None:
+    def gradients(self, selected: Callable[[str], bool]) -> Iterator[Named]:
+        """Every selected weight gradient there is now."""
+        for p in self._named:
+            if p.parameter.grad is not None and selected(p.name):
                 yield p, "Weight_Gradient", p.parameter.grad
-        for p in named:
-            yield p, "Weight", p.parameter
+
+    def weights_and_state(
+        self, selected: Callable[[str], bool], *, weights: bool, optimizer_state: bool
+    ) -> Iterator[Named]:
+        """Every selected weight, then every optimizer state tensor (in the order a NaN
+        reaches them after the weight gradients)."""
+        if weights:
+            for p in self._named:
+                if selected(p.name):
+                    yield p, "Weight", p.parameter
         if optimizer_state and self._optimizer is not None:
             for p in self._optimizer_parameters():
                 if not selected(p.name):

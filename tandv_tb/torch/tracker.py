@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
 
+from tandv_tb import stats
 from tandv_tb.disk.nonfinite import entries_from_stats
 from tandv_tb.orders import Orders
+from tandv_tb.step_buffer import merged
+from tandv_tb.torch import graph_op, naming
 from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.distributed import RankCombiner, is_distributed
-from tandv_tb.torch.hooks import ModuleHooks
+from tandv_tb.torch.hooks import ModuleHooks, _in_backward
 from tandv_tb.torch.inputs import InputHooks
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
-from tandv_tb.torch.reduce import fetch_merged
 from tandv_tb.torch.skips import UntrackableTensorWarning
 from tandv_tb.torch.watch import Watch, across_ranks
 from tandv_tb.tracker_base import TrackerBase
@@ -27,6 +30,10 @@ from tandv_tb.writer import RecordItem
 
 #: Modules that open trackers hook, with how many trackers hook each.
 _HOOKED: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
+class CompiledBeforeTrackWarning(UserWarning):
+    """A model's compiled code was built before ``track`` hooked it (and is rebuilt)."""
 
 
 def is_tracked(module: nn.Module) -> bool:
@@ -56,19 +63,37 @@ class Tracker(TrackerBase):
         self._parameters = Parameters(module, options.optimizer)
         watch = Watch(replicated=self._writer is not None) if options.watch_nonfinite else None
         self._watch = watch
+        self._track_activations = options.track_activations
+        self._root_label = naming.root_name(module)
+        if _compiled(module):  # its compiled code would not see the hooks put on below
+            torch.compiler.reset()
+        self._ran_compiled = False  # whether a compiled graph handed this tracker a tensor
+        self._stale_checked = False
+        self._receiver_key = graph_op.register(self._receive)
         active = self._tracking_now
-        orders = Orders()
+        self._orders = orders = Orders()
         self._hooks = ModuleHooks(module, self._recorder, active, options, orders, watch)
+        self._hooks.receiver_key = self._receiver_key
         self._modules = list(module.modules())
         for hooked in self._modules:
             _HOOKED[hooked] = _HOOKED.get(hooked, 0) + 1
         self._inputs = None
         if options.track_inputs:
             self._inputs = InputHooks(module, self._recorder, active, options, orders, self._watch)
+            self._inputs.receiver_key = self._receiver_key
         self._attachments = Attachments(
-            module, self._hooks.record_tensor, skips, options.only_training
+            module,
+            self._hooks.record_tensor,
+            self._hooks.trace_tensor,
+            skips,
+            options.only_training,
         )
-        self._attachments.set_active(self._active)
+        self._gradients_read = False  # whether this step's weight gradients were read
+        optimizer = options.optimizer
+        self._optimizer_hook = None
+        if optimizer is not None and self._track_weights:
+            self._optimizer_hook = optimizer.register_step_pre_hook(self._on_optimizer_step)
+        self._take_tensors()
 
     def step(self, next_step: int | None = None) -> None:
         """End the current training step: call it once per step, after ``optimizer.step()``.
@@ -95,18 +120,63 @@ class Tracker(TrackerBase):
             tripped = self._finish_step()
         else:
             tripped = self._watch is not None and self._watched_step()
+        self._gradients_read = False
         self._advance(next_step, tripped)
-        self._attachments.set_active(self._active)
+        self._take_tensors()
+
+    def _take_tensors(self) -> None:
+        """Tell the hooks and ``attach`` whether this step's tensors are taken: a tracked
+        step, or any step with the watch (compiled graphs guard on it)."""
+        emitting = self._active or self._watch is not None
+        self._hooks.emitting = emitting
+        if self._inputs is not None:
+            self._inputs.emitting = emitting
+        self._attachments.set_active(emitting)
+
+    def _receive(self, name: str, tensor_type: str, module_type: str, tensor: torch.Tensor) -> None:
+        """A tensor a compiled graph hands over (``graph_op``), taken as the eager hooks
+        take it: recorded on a tracked step, checked by the watch on another."""
+        self._ran_compiled = True
+        is_input = tensor_type in ("Input", "Input_Gradient")
+        order = self._orders.module(("Input", name) if is_input else name)
+        if tensor_type in ("Activation", "Input"):
+            if _in_backward():  # a checkpointed forward recomputed: taken the first time
+                return
+            if tensor_type == "Activation" and not self._track_activations:
+                return  # only placed in the order, for its gradient
+        if self._active:
+            self._recorder.record(name, tensor_type, module_type, order, tensor)
+        elif self._watch is not None:
+            self._watch.check(name, tensor_type, tensor)
+
+    @torch.compiler.disable
+    def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+        """Take the weight gradients the optimizer is about to use."""
+        gradients = self._parameters.gradients(self._selected)
+        if self._active:
+            self._parameters.record(self._recorder, gradients)
+        elif self._watch is not None:
+            self._watch_parameters(gradients)
+        self._gradients_read = True
+
+    def _parameter_tensors(self):
+        """The parameters' tensors ``step()`` reads: the weight gradients the optimizer
+        did not read, the weights and the optimizer's state."""
+        if self._track_weights and not self._gradients_read:
+            yield from self._parameters.gradients(self._selected)
+        yield from self._parameters.weights_and_state(
+            self._selected, weights=self._track_weights, optimizer_state=self._track_optimizer
+        )
+
+    def _watch_parameters(self, tensors) -> None:
+        self._watch.check_all(
+            ((p.name, tensor_type, tensor) for p, tensor_type, tensor in tensors),
+            combined=self._parameters.combined,
+        )
 
     def _watched_step(self) -> bool:
         """End an untracked step with the watch; whether it found NaN/Inf."""
-        tensors = self._parameters.tensors(
-            self._selected, weights=self._track_weights, optimizer_state=self._track_optimizer
-        )
-        self._watch.check_all(
-            ((p.name, tensor_type, tensor) for p, tensor_type, tensor in tensors),
-            sharded=self._parameters.sharded,
-        )
+        self._watch_parameters(self._parameter_tensors())
         found = self._watch.drain()
         if self._combiner is not None:
             found = across_ranks(found, self._combiner.group, self._combiner.device)
@@ -116,15 +186,12 @@ class Tracker(TrackerBase):
 
     def _finish_step(self) -> bool:
         """End a tracked step; whether the watch found NaN/Inf in it."""
-        if self._track_weights or self._track_optimizer:
-            self._parameters.record(
-                self._recorder,
-                self._selected,
-                weights=self._track_weights,
-                optimizer_state=self._track_optimizer,
-            )
+        self._parameters.record(self._recorder, self._parameter_tensors())
+        if not self._stale_checked:
+            self._stale_checked = True
+            self._check_compiled_before_track()
         entries = self._recorder.drain()
-        parts = fetch_merged(entries) if entries else []
+        parts = merged(entries, stats.fetch([p for e in entries for p in e.parts]))
         results = list(zip(entries, parts))
         if self._combiner is not None:
             local = [(e, s) for e, s in results if not e.combined]  # replicated: rank 0's
@@ -146,6 +213,34 @@ class Tracker(TrackerBase):
             )
         return tripped
 
+    def _check_compiled_before_track(self) -> None:
+        """At the first tracked step: where modules whose parameters got gradients handed
+        over none of their outputs, their compiled code predates the hooks (dynamo does not
+        guard on module hooks). Say so, and drop the compiled code so the next steps record."""
+        if not (self._track_activations or self._options.track_gradients):
+            return
+        seen = {
+            name
+            for name, tensor_type in self._recorder.buffer.names_and_types()
+            if tensor_type in ("Activation", "Gradient")
+        }
+        if seen - {self._root_label}:
+            return
+        owners = {
+            p.name.rpartition(".")[0] for p, _, _ in self._parameters.gradients(self._selected)
+        }
+        if not any(owner and self._selected(owner) for owner in owners):
+            return
+        warnings.warn(
+            f"tandv_tb: the model's compiled code was built before track() hooked it, so step "
+            f"{self._step} recorded no activations or gradients of its modules; tandv_tb "
+            "called torch.compiler.reset() and the next steps record them (call track() "
+            "before the model's first compiled call to spare the recompile)",
+            CompiledBeforeTrackWarning,
+            stacklevel=3,
+        )
+        torch.compiler.reset()
+
     def _nonfinite(self, results: list) -> list:
         if self._watch is None:
             return []
@@ -155,6 +250,11 @@ class Tracker(TrackerBase):
         """Remove every hook. In a combined distributed run a step not ended by ``step()``
         is dropped at ``close`` (ending it would need every rank)."""
         self._hooks.remove()
+        graph_op.unregister(self._receiver_key)
+        if self._optimizer_hook is not None:
+            self._optimizer_hook.remove()
+        if self._ran_compiled:  # its graphs still call the operator: compile them anew
+            torch.compiler.reset()
         for hooked in self._modules:
             if _HOOKED.get(hooked, 0) > 1:
                 _HOOKED[hooked] -= 1
@@ -172,6 +272,15 @@ class Tracker(TrackerBase):
 
     def _discard_pending(self) -> None:
         self._recorder.drain()
+
+
+def _compiled(module: nn.Module) -> bool:
+    """Whether ``module`` or a module in it is compiled (``torch.compile(m)`` wraps it,
+    ``m.compile()`` marks it; the attributes are pinned by tests)."""
+    return any(
+        hasattr(m, "_orig_mod") or getattr(m, "_compiled_call_impl", None) is not None
+        for m in module.modules()
+    )
 
 
 def _unzip(pairs: Iterable[tuple]) -> tuple[list, list]:

@@ -9,7 +9,7 @@ lies, without a host sync per tensor:
   - One of 32 or 64-bit floats with at least ``_SUMMED_FROM`` values is summed by torch,
     on the intra-op threads training uses: reading on both cores makes the untracked step
     about 1.5% of a step cheaper than reading in the training thread alone
-    (bench/RESULTS.md, Session 11). A sum reaches NaN or Inf whenever a value is one; a
+    (bench/RESULTS.md). A sum reaches NaN or Inf whenever a value is one; a
     finite sum that overflows is told from them by counting.
   - A smaller one, or one of 16-bit floats, dense in memory in some order of its
     dimensions (a transposed gradient too), is read by one pass over its bit patterns
@@ -18,7 +18,7 @@ lies, without a host sync per tensor:
   - Any other (sliced or broadcast, float8) is summed.
   Only a tensor found non-finite is counted exactly. Neither a worker thread nor a
   parallel numba kernel pays: both compete with torch's own threads for the cores
-  (Session 9).
+  (bench/RESULTS.md).
 - a tensor on another device by its NaN, +Inf and -Inf counts, computed there and kept
   there until ``step()``, which reads all of them in one transfer per device.
 
@@ -30,8 +30,8 @@ NaN/Inf are the entries exchanged.
 
 from __future__ import annotations
 
+import functools
 import math
-import weakref
 from collections.abc import Iterable
 
 import numpy as np
@@ -40,12 +40,13 @@ import torch.distributed as dist
 
 from tandv_tb.disk.nonfinite import NonfiniteEntry, merge
 from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
+from tandv_tb.torch.memo import TensorMemo
 from tandv_tb.torch.recorder import DTensor
 from tandv_tb.torch.skips import untrackable_reason
 
 #: From this many values a CPU tensor of 32 or 64-bit floats is summed by torch, over its
 #: intra-op threads (the cores training uses, awake between its operations), instead of
-#: read by the bit-pattern kernel in the training thread (bench/RESULTS.md, Session 11).
+#: read by the bit-pattern kernel in the training thread (bench/RESULTS.md).
 _SUMMED_FROM = 1 << 18
 #: Formats checked by their bit patterns, by dtype.
 _PATTERN_FORMATS = {
@@ -136,40 +137,34 @@ class Watch:
     def __init__(self, replicated: bool = True) -> None:
         self._replicated = replicated
         self._found: list[tuple[str, str, tuple[int, ...] | torch.Tensor]] = []
-        # id(tensor) -> (a weak reference to it, its version, its counts or None if clean):
-        # a container module's output is often its last child's
-        self._checked: dict[int, tuple[weakref.ref, int, Counts]] = {}
+        self._checked: TensorMemo[Counts] = TensorMemo()  # a tensor's counts, or None
 
-    def check(self, name: str, tensor_type: str, tensor: torch.Tensor, sharded: bool = True):
+    def check(self, name: str, tensor_type: str, tensor: torch.Tensor, combined: bool = True):
         """Note ``tensor`` (a module's output or input, or a gradient w.r.t. one) if it holds
         NaN/Inf, read now; a tensor seen before in this step, unchanged, is not read again
         (never raises: tracking never stops training)."""
         try:
-            seen = self._checked.get(id(tensor))
-            if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
-                counts = seen[2]
-            else:
-                counts = self._read_one(tensor, sharded)
-                self._checked[id(tensor)] = (weakref.ref(tensor), tensor._version, counts)
+            read = functools.partial(self._read_one, combined=combined)
+            counts = self._checked.get(tensor, read)
         except Exception:  # an exotic tensor: the watch passes it over
             return
         if counts is not None:
             self._found.append((name, tensor_type, counts))
 
     def check_all(
-        self, tensors: Iterable[tuple[str, str, torch.Tensor]], sharded: bool = True
+        self, tensors: Iterable[tuple[str, str, torch.Tensor]], combined: bool = True
     ) -> None:
         """Note each of ``tensors`` (name, tensor type, tensor: the weights, weight
         gradients and optimizer state at ``step()``) that holds NaN/Inf, in their order,
         the CPU ones read in one call (never raises)."""
         named = list(tensors)
-        found = self._read([tensor for _, _, tensor in named], sharded)
+        found = self._read([tensor for _, _, tensor in named], combined)
         for (name, tensor_type, _), counts in zip(named, found):
             if counts is not None:
                 self._found.append((name, tensor_type, counts))
 
-    def _read_one(self, tensor: torch.Tensor, sharded: bool) -> Counts:
-        local = self._local(tensor, sharded)
+    def _read_one(self, tensor: torch.Tensor, *, combined: bool) -> Counts:
+        local = self._local(tensor, combined)
         if local is None:
             return None
         format_name = _block_format(local)
@@ -179,14 +174,14 @@ class Watch:
             return _read_counts(local)
         return None
 
-    def _read(self, tensors: list[torch.Tensor], sharded: bool) -> list[Counts]:
+    def _read(self, tensors: list[torch.Tensor], combined: bool) -> list[Counts]:
         """What each of ``tensors`` holds (None also for a tensor passed over), the blocks
         of each format read in one call."""
         found: list[Counts] = [None] * len(tensors)
         blocks = _Blocks()
         for slot, tensor in enumerate(tensors):
             try:
-                local = self._local(tensor, sharded)
+                local = self._local(tensor, combined)
                 if local is None:
                     continue
                 format_name = _block_format(local)
@@ -203,15 +198,15 @@ class Watch:
             pass
         return found
 
-    def _local(self, tensor: torch.Tensor, sharded: bool) -> torch.Tensor | None:
+    def _local(self, tensor: torch.Tensor, combined: bool) -> torch.Tensor | None:
         """The values of ``tensor`` this rank checks (a DTensor's local shard), or None
         where it checks none."""
         if DTensor is not None and isinstance(tensor, DTensor):
             if any(placement.is_partial() for placement in tensor.placements):
                 return None
-            sharded = any(placement.is_shard() for placement in tensor.placements)
+            combined = any(placement.is_shard() for placement in tensor.placements)
             tensor = tensor.to_local()
-        if (not sharded and not self._replicated) or untrackable_reason(tensor):
+        if (not combined and not self._replicated) or untrackable_reason(tensor):
             return None
         return tensor
 
@@ -229,7 +224,8 @@ class Watch:
 
     def drain(self) -> list[NonfiniteEntry]:
         """The step's entries (one transfer per device); the watch is empty afterwards."""
-        found, self._found, self._checked = self._found, [], {}
+        found, self._found = self._found, []
+        self._checked.clear()
         on_device: dict[torch.device, list[int]] = {}
         for i, (_, _, counts) in enumerate(found):
             if isinstance(counts, torch.Tensor):
