@@ -1,8 +1,7 @@
 """The tracker inside ``torch.compile``: one operator of PyTorch's graph, ``tandv_tb::observe``.
 
 Under ``torch.compile`` dynamo traces the tracker's hooks into the model's graph (forward
-hooks, forward pre-hooks, ``attach``, and the gradient hooks they put on tensors, which
-dynamo places in the compiled backward). There a hook calls ``observe``: a custom operator
+hooks, forward pre-hooks, ``attach``). There a hook calls ``observe``: a custom operator
 (``torch.library.custom_op``) whose fake implementation returns nothing, so dynamo and
 inductor trace it with no graph break, registered as an ordered effect, so that inductor
 neither drops it (nobody reads what it returns) nor reorders it (tensors arrive in
@@ -60,6 +59,39 @@ def _observe_fake(tensor, key, name, tensor_type, module_type) -> None:
 
 # An ordered effect: kept although it returns nothing, and run in program order.
 observe.register_effect(torch.library.EffectType.ORDERED)
+
+
+class _HandGradientOver(torch.autograd.Function):
+    """The identity, whose backward hands the gradient to ``observe``: a module output's
+    gradient taken inside the compiled backward.
+
+    The forward returns an alias of the output that is no view (``detach``), so that the
+    code after the module may still change it in place (``ReLU(inplace=True)``, ``out +=
+    identity``), as it may change the output itself. A gradient hook on the output
+    (``Tensor.register_hook``) would do the same, but dynamo traces such hooks with a
+    speculation that, in torch 2.13, loses attribute writes of objects made earlier in the
+    graph (a Hugging Face ``DynamicCache`` built while training): a graph break.
+    """
+
+    @staticmethod
+    def forward(ctx, tensor, key, name, tensor_type, module_type):
+        ctx.handed = (key, name, tensor_type, module_type)
+        ctx.set_materialize_grads(False)  # an output no loss depends on gets no gradient
+        return tensor.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad is not None:
+            observe(grad, *ctx.handed)
+        return grad, None, None, None, None
+
+
+def with_gradient_observed(
+    tensor: torch.Tensor, key: int, name: str, tensor_type: str, module_type: str
+) -> torch.Tensor:
+    """``tensor`` as the code after a module should use it, so that its gradient is handed
+    over as ``tensor_type`` when the backward reaches it."""
+    return _HandGradientOver.apply(tensor, key, name, tensor_type, module_type)
 
 
 def constant_in_graph(function: Callable) -> Callable:

@@ -100,7 +100,8 @@ class HookHandles:
         return _selected_in_graph(self._selected, name)
 
     def _observe(self, name: str, tensor_type: str, module_type: str, tensor) -> None:
-        """Inside a traced graph: hand ``tensor`` (and later its gradient) to the tracker."""
+        """Inside a traced graph: hand ``tensor`` to the tracker, and its gradient (over all
+        its uses) when the backward reaches it, through a gradient hook."""
         graph_op.observe(tensor, self.receiver_key, name, tensor_type, module_type)
         if self._gradients and tensor.requires_grad:
             gradient_type = "Gradient" if tensor_type == "Activation" else "Input_Gradient"
@@ -108,9 +109,10 @@ class HookHandles:
             tensor.register_hook(observe)
 
     def _observe_gradient(
-        self, name: str, tensor_type: str, module_type: str, grad: torch.Tensor
+        self, name: str, tensor_type: str, module_type: str, grad: torch.Tensor | None
     ) -> None:
-        graph_op.observe(grad, self.receiver_key, name, tensor_type, module_type)
+        if grad is not None:  # an output no loss depends on
+            graph_op.observe(grad, self.receiver_key, name, tensor_type, module_type)
 
     def end_step(self) -> None:
         """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
@@ -142,23 +144,45 @@ class ModuleHooks(HookHandles):
             self._watch_output(name, tensor)
 
     def trace_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
-        """Take ``tensor`` as a module output in a traced graph (``attach``)."""
+        """Take ``tensor`` as a module output in a traced graph (``attach``, which returns
+        the tensor itself: its gradient comes from a hook on it)."""
         if self._selected_traced(name):
             self._observe(name, "Activation", module_type, tensor)
 
     def _on_forward(
         self, name: str, module_type: str, module: nn.Module, args: object, output: object
-    ) -> None:
+    ) -> object:
         if self._only_training and not module.training:
-            return
+            return None
         if torch.compiler.is_compiling():
-            if self.emitting:
-                for leaf, tensor in self._output_tensors(name, output):
-                    self.trace_tensor(leaf, module_type, tensor)
-        elif self._active():
+            return self._trace_output(name, module_type, output) if self.emitting else None
+        if self._active():
             self._record_output(name, module_type, output)
         elif self._watch is not None:
             self._watch_output(name, output)
+        return None
+
+    def _trace_output(self, name: str, module_type: str, output: object) -> object:
+        """In a traced graph: hand each selected tensor of ``output`` over, and return the
+        output its callers get, with the tensors whose gradient is taken replaced by an
+        identity that hands the gradient over in the compiled backward."""
+        leaves = list(naming.output_tensors(output, name))
+        names = dict(
+            zip((leaf for leaf, _ in leaves), (leaf for leaf, _ in self._distinct(name, leaves)))
+        )
+
+        def observed(leaf: str, tensor: torch.Tensor) -> torch.Tensor:
+            leaf = names[leaf]
+            if not self._selected_traced(leaf):
+                return tensor
+            graph_op.observe(tensor, self.receiver_key, leaf, "Activation", module_type)
+            if not (self._gradients and tensor.requires_grad):
+                return tensor
+            return graph_op.with_gradient_observed(
+                tensor, self.receiver_key, leaf, "Gradient", module_type
+            )
+
+        return naming.map_output_tensors(output, name, observed)
 
     def _watch_output(self, name: str, output: object) -> None:
         recomputed = _in_backward()
@@ -189,9 +213,13 @@ class ModuleHooks(HookHandles):
                 self._hook_gradient(tensor, hook)
 
     def _output_tensors(self, name: str, output: object) -> list[tuple[str, torch.Tensor]]:
-        """``naming.output_tensors``; where one of the names is also a module's (``seq.1``
-        of a Sequential's tuple output), all but the first are ``seq[1]``, ``seq[2]``..."""
-        return naming.distinct_names(list(naming.output_tensors(output, name)), name, self._paths)
+        """``naming.output_tensors``, named distinctly (``_distinct``)."""
+        return self._distinct(name, list(naming.output_tensors(output, name)))
+
+    def _distinct(self, name: str, leaves: list[tuple[str, torch.Tensor]]) -> list:
+        """``leaves``, where one of the names is also a module's (``seq.1`` of a
+        Sequential's tuple output), all but the first named ``seq[1]``, ``seq[2]``..."""
+        return naming.distinct_names(leaves, name, self._paths)
 
     def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
         if self._active():

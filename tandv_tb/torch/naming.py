@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import nn
 
-from tandv_tb.leaf_names import named_leaves
+from tandv_tb.leaf_names import map_leaves, named_leaves
 
 #: Attributes through which wrappers (DDP, FSDP, torch.compile, activation checkpointing)
 #: hold the module they wrap; they add nothing to a name.
@@ -90,6 +90,14 @@ def output_tensors(output: object, name: str) -> Iterator[tuple[str, torch.Tenso
     """``(name, tensor)`` for every tensor in a module's output, named by
     ``tandv_tb.leaf_names`` (``name``, ``name.1``, ... in a tuple; ``name.<key>`` in a dict)."""
     return named_leaves(output, name, _is_tensor)
+
+
+def map_output_tensors(
+    output: object, name: str, fn: Callable[[str, torch.Tensor], torch.Tensor]
+) -> object:
+    """``output`` rebuilt with each tensor replaced by ``fn(its name, tensor)``, named as
+    ``output_tensors`` names them."""
+    return map_leaves(output, name, _is_tensor, fn)
 
 
 def input_tensors(args: tuple, kwargs: Mapping, name: str) -> Iterator[tuple[str, torch.Tensor]]:

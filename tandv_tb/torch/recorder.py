@@ -83,5 +83,9 @@ class Recorder:
             return
         self.buffer.add(name, tensor_type, module_type, pending, order=order, combined=combined)
 
+    def skip(self, name: str, tensor_type: str, reason: str) -> None:
+        """Say, once, that ``name`` is not recorded and why."""
+        self._skips.skip(name, tensor_type, reason)
+
     def _compute(self, tensor: torch.Tensor) -> Pending:
         return stats.compute(tensor.detach(), self.formats, threads=1)

@@ -137,17 +137,20 @@ class Tracker(TrackerBase):
         """A tensor a compiled graph hands over (``graph_op``), taken as the eager hooks
         take it: recorded on a tracked step, checked by the watch on another."""
         self._ran_compiled = True
-        is_input = tensor_type in ("Input", "Input_Gradient")
-        order = self._orders.module(("Input", name) if is_input else name)
-        if tensor_type in ("Activation", "Input"):
-            if _in_backward():  # a checkpointed forward recomputed: taken the first time
-                return
-            if tensor_type == "Activation" and not self._track_activations:
-                return  # only placed in the order, for its gradient
-        if self._active:
-            self._recorder.record(name, tensor_type, module_type, order, tensor)
-        elif self._watch is not None:
-            self._watch.check(name, tensor_type, tensor)
+        try:
+            is_input = tensor_type in ("Input", "Input_Gradient")
+            order = self._orders.module(("Input", name) if is_input else name)
+            if tensor_type in ("Activation", "Input"):
+                if _in_backward():  # a checkpointed forward recomputed: taken the first time
+                    return
+                if tensor_type == "Activation" and not self._track_activations:
+                    return  # only placed in the order, for its gradient
+            if self._active:
+                self._recorder.record(name, tensor_type, module_type, order, tensor)
+            elif self._watch is not None:
+                self._watch.check(name, tensor_type, tensor)
+        except Exception as error:  # tracking never stops training
+            self._recorder.skip(name, tensor_type, f"{type(error).__name__}: {error}")
 
     @torch.compiler.disable
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
