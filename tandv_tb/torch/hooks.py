@@ -77,7 +77,7 @@ class HookHandles:
         self._watch = watch
         self.receiver_key = 0
         self.emitting = True
-        label = naming.root_name(root)
+        label = self._root_name = naming.root_name(root)
         modules = [(path or label, module) for path, module in naming.named_modules(root)]
         self._paths = {name for name, _ in modules}
         for name, module in modules:
@@ -165,7 +165,20 @@ class ModuleHooks(HookHandles):
     def _trace_output(self, name: str, module_type: str, output: object) -> object:
         """In a traced graph: hand each selected tensor of ``output`` over, and return the
         output its callers get, with the tensors whose gradient is taken replaced by an
-        identity that hands the gradient over in the compiled backward."""
+        identity that hands the gradient over in the compiled backward.
+
+        That gradient flows through what the module returns, which is every use of the
+        output in the rest of the model; only the module itself may have used the output
+        before returning it. The root module does (a model computing its loss from its
+        logits), so its outputs take a gradient hook, as eagerly: compiled with the model
+        (``model.compile()``) the hook sees every use; run after a compiled forward
+        (``torch.compile(model)``) it sees what flows in from after the graph, and the
+        tracker says when that was nothing. Nothing follows the root's hook in the graph,
+        where a traced hook could lose what later code writes (``graph_op``)."""
+        if name == self._root_name:
+            for leaf, tensor in self._output_tensors(name, output):
+                self.trace_tensor(leaf, module_type, tensor)
+            return None
         leaves = list(naming.output_tensors(output, name))
         names = dict(
             zip((leaf for leaf, _ in leaves), (leaf for leaf, _ in self._distinct(name, leaves)))

@@ -193,6 +193,8 @@ class Tracker(TrackerBase):
         if not self._stale_checked:
             self._stale_checked = True
             self._check_compiled_before_track()
+        if self._ran_compiled:
+            self._check_root_gradients()
         entries = self._recorder.drain()
         parts = merged(entries, stats.fetch([p for e in entries for p in e.parts]))
         results = list(zip(entries, parts))
@@ -222,16 +224,22 @@ class Tracker(TrackerBase):
         guard on module hooks). Say so, and drop the compiled code so the next steps record."""
         if not (self._track_activations or self._options.track_gradients):
             return
-        seen = {
+        root = self._root_label
+        recorded = self._recorder.buffer.names_and_types()
+        of_modules = {
             name
-            for name, tensor_type in self._recorder.buffer.names_and_types()
+            for name, tensor_type in recorded
             if tensor_type in ("Activation", "Gradient")
+            and name != root
+            and not name.startswith((f"{root}.", f"{root}["))  # the root's tuple output
         }
-        if seen - {self._root_label}:
+        if of_modules:
             return
-        owners = {
-            p.name.rpartition(".")[0] for p, _, _ in self._parameters.gradients(self._selected)
+        with_gradients = {
+            name for name, tensor_type in recorded if tensor_type == "Weight_Gradient"
         }
+        with_gradients.update(p.name for p, _, _ in self._parameters.gradients(self._selected))
+        owners = {name.rpartition(".")[0] for name in with_gradients}
         if not any(owner and self._selected(owner) for owner in owners):
             return
         warnings.warn(
@@ -243,6 +251,25 @@ class Tracker(TrackerBase):
             stacklevel=3,
         )
         torch.compiler.reset()
+
+    def _check_root_gradients(self) -> None:
+        """Say which of the model's own outputs got no gradient in a compiled step that
+        ran its backward: a hook outside the compiled graph sees only what flows in from
+        after it, not the loss the model computed from the output inside its forward."""
+        recorded = set(self._recorder.buffer.names_and_types())
+        if not any(tensor_type == "Gradient" for _, tensor_type in recorded):
+            return
+        root = self._root_label
+        for name, tensor_type in recorded:
+            of_root = name == root or name.startswith((f"{root}.", f"{root}["))
+            if of_root and tensor_type == "Activation" and (name, "Gradient") not in recorded:
+                self._recorder.skip(
+                    name,
+                    "Gradient",
+                    "under torch.compile a gradient hook on the model's own output sees the "
+                    "gradient flowing in from after the compiled graph, and none did (a loss "
+                    "computed from it inside the forward stays in the graph)",
+                )
 
     def _nonfinite(self, results: list) -> list:
         if self._watch is None:
