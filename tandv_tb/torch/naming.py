@@ -10,8 +10,9 @@ from torch import nn
 
 from tandv_tb.leaf_names import map_leaves, named_leaves
 
-#: Attributes through which wrappers (DDP, FSDP, torch.compile, activation checkpointing)
-#: hold the module they wrap; they add nothing to a name.
+#: Attributes through which wrappers (FSDP, torch.compile, activation checkpointing) hold
+#: the module they wrap; they add nothing to a name. Private (torch has no public way to
+#: unwrap them), pinned by tests/project/test_private_api_pins.py.
 _WRAPPED_ATTRIBUTES = ("_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")
 
 

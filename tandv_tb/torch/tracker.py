@@ -92,7 +92,8 @@ class Tracker(TrackerBase):
         optimizer = options.optimizer
         self._optimizer_hook = None
         if optimizer is not None and self._track_weights:
-            self._optimizer_hook = optimizer.register_step_pre_hook(self._on_optimizer_step)
+            stepping = _stepping_optimizer(optimizer)
+            self._optimizer_hook = stepping.register_step_pre_hook(self._on_optimizer_step)
         self._take_tensors()
 
     def step(self, next_step: int | None = None) -> None:
@@ -302,6 +303,17 @@ class Tracker(TrackerBase):
 
     def _discard_pending(self) -> None:
         self._recorder.drain()
+
+
+def _stepping_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer whose ``step`` runs: a wrapper that never set up an ``Optimizer``'s
+    hooks (Accelerate's ``AcceleratedOptimizer``) steps the one it holds (``.optimizer``)."""
+    inner = getattr(optimizer, "optimizer", None)
+    if not hasattr(optimizer, "_optimizer_step_pre_hooks") and isinstance(
+        inner, torch.optim.Optimizer
+    ):
+        return _stepping_optimizer(inner)
+    return optimizer
 
 
 def _compiled(module: nn.Module) -> bool:

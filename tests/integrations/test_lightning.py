@@ -218,3 +218,38 @@ assert numerics_steps(trainer.logger.log_dir)[("Weight", "net.weight")] == [0, 1
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+class QuietRegression(Regression):
+    """``Regression`` without ``self.log`` in its training step, which dynamo cannot trace
+    (Lightning's logging breaks ``torch.compile`` of a whole LightningModule by itself)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return (self.net(x) - y).pow(2).mean()
+
+
+class CompiledNet(Regression):
+    """``Regression`` whose network is compiled inside the LightningModule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.compile(self.net)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "make", [lambda: torch.compile(QuietRegression()), CompiledNet], ids=["module", "network"]
+)
+def test_compiled_models_record_the_eager_tags_without_graph_breaks(tmp_path, make):
+    from torch._dynamo.utils import counters
+
+    eager = numerics_steps(fit(tmp_path / "eager", Regression(), [NumericsCallback()]))
+    torch.compiler.reset()
+    breaks = sum(counters["graph_break"].values())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = fit(tmp_path / "compiled", make(), [NumericsCallback()])
+    assert not [w for w in caught if "tandv_tb" in str(w.message)]  # nothing skipped
+    assert sum(counters["graph_break"].values()) == breaks
+    assert numerics_steps(run) == eager

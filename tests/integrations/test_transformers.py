@@ -124,6 +124,43 @@ def test_numerics_beside_the_trainers_loss_at_its_steps_losses_unchanged(tmp_pat
     assert callback.tracker is None and not is_tracked(tracked.model)
 
 
+@pytest.mark.slow
+def test_a_trainer_that_compiles_its_model_trains_unchanged_with_the_eager_records(tmp_path):
+    """``TrainingArguments(torch_compile=True)``: the compiled model trains bit for bit as
+    without tracking, tracking adds no graph break to transformers' own, and the records
+    are those of eager training."""
+    from torch._dynamo.utils import counters
+
+    eager = train(tmp_path / "eager", [NumericsCallback()], max_steps=1)
+    (eager_run,) = run_folders(tmp_path / "eager")
+
+    def breaks() -> int:
+        return sum(counters["graph_break"].values())
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two threads: two plain compiled runs already differ
+    try:
+        torch.compiler.reset()
+        before = breaks()
+        plain = train(tmp_path / "plain", torch_compile=True)
+        plain_breaks = breaks() - before  # transformers' own (its logging)
+        torch.compiler.reset()
+        before = breaks()
+        tracked = train(tmp_path / "tracked", [NumericsCallback()], torch_compile=True)
+        tracked_breaks = breaks() - before
+    finally:
+        torch.set_num_threads(threads)
+    assert tracked_breaks == plain_breaks
+    assert torch.equal(torch.stack(plain.losses), torch.stack(tracked.losses))
+    for a, b in zip(plain.model.parameters(), tracked.model.parameters()):
+        assert torch.equal(a, b)
+    (run_dir,) = run_folders(tmp_path / "tracked")
+    steps = numerics_steps(run_dir)
+    assert steps[("Gradient", "transformer.h.1.attn")] == list(range(1, STEPS + 1))
+    assert set(steps) == set(numerics_steps(eager_run))
+    assert eager.model is not None
+
+
 def test_every_and_the_tensorboard_logging_dir_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "chosen"))
     train(tmp_path / "out", [NumericsCallback(every=2)], gradient_accumulation_steps=1)

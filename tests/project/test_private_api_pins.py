@@ -3,9 +3,12 @@ naming the library and its version, when an upgrade changes what tandv_tb relies
 
 Why each one stays (and what it buys) is written where it is used:
 ``tandv_tb.writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.torch.hooks``
-(``torch._C._current_graph_task_id``), ``tandv_tb.jax.compiled`` (``_jit_info`` of
-``jax.jit``, the attributes of ``nnx.jit``'s wrappers) and ``tandv_tb.stats._xla_cpu``
-(XLA FFI structures read at fixed offsets).
+(``torch._C._current_graph_task_id``), ``tandv_tb.torch.memo`` (``Tensor._version``),
+``tandv_tb.torch.naming`` and ``tandv_tb.torch.tracker`` (the attributes through which
+wrappers hold the module they wrap, and which mark compiled modules and optimizers that
+set up their hooks), ``tandv_tb.torch.graph_op`` (an operator's ordered effect),
+``tandv_tb.jax.compiled`` (``_jit_info`` of ``jax.jit``, the attributes of ``nnx.jit``'s
+wrappers) and ``tandv_tb.stats._xla_cpu`` (XLA FFI structures read at fixed offsets).
 """
 
 from __future__ import annotations
@@ -57,6 +60,74 @@ def test_torch_tells_a_forward_run_inside_a_backward_pass():
     y.register_hook(lambda grad: seen.append(torch._C._current_graph_task_id()))
     y.sum().backward()
     assert len(seen) == 1 and seen[0] != -1, message
+
+
+def test_a_tensors_version_counts_its_in_place_changes():
+    message = _changed("torch", torch.__version__, "Tensor._version")
+    x = torch.zeros(3)
+    before = x._version
+    y = x + 1  # not in place
+    assert x._version == before and isinstance(before, int), message
+    x.add_(1)
+    x[0] = 5.0
+    assert x._version == before + 2, message
+    assert y._version == 0, message
+
+
+def test_wrappers_hold_the_module_they_wrap_where_naming_looks():
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    from tandv_tb.torch.naming import _WRAPPED_ATTRIBUTES, unwrap
+
+    message = _changed("torch", torch.__version__, f"the wrappers' {_WRAPPED_ATTRIBUTES}")
+    inner = torch.nn.Linear(2, 2)
+    compiled = torch.compile(inner)
+    assert compiled._modules.get("_orig_mod") is inner, message
+    wrapped = checkpoint_wrapper(inner)
+    assert wrapped._modules.get("_checkpoint_wrapped_module") is inner, message
+    assert unwrap(compiled) is inner and unwrap(wrapped) is inner, message
+    # FSDP1 (FullyShardedDataParallel) needs a process group: its attribute is read where
+    # tests/trackers/torch/test_torch_distributed.py wraps a model and checks the names.
+    assert "_fsdp_wrapped_module" in _WRAPPED_ATTRIBUTES
+
+
+def test_module_compile_marks_the_module_and_optimizers_keep_their_step_hooks():
+    from tandv_tb.torch.tracker import _compiled, _stepping_optimizer
+
+    message = _changed("torch", torch.__version__, "Module._compiled_call_impl")
+    module = torch.nn.Linear(2, 2)
+    assert getattr(module, "_compiled_call_impl", None) is None, message
+    module.compile()
+    assert module._compiled_call_impl is not None and _compiled(module), message
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    message = _changed("torch", torch.__version__, "Optimizer._optimizer_step_pre_hooks")
+    assert hasattr(optimizer, "_optimizer_step_pre_hooks"), message
+    assert _stepping_optimizer(optimizer) is optimizer, message
+
+
+def test_an_ordered_effect_keeps_an_operator_that_returns_nothing_in_order():
+    """``graph_op.observe`` returns nothing: without its effect inductor would drop it."""
+    seen = []
+
+    @torch.library.custom_op("tandv_tb_pins::note", mutates_args=())
+    def note(x: torch.Tensor, label: str) -> None:
+        seen.append((label, float(x.sum())))
+
+    note.register_fake(lambda x, label: None)
+    note.register_effect(torch.library.EffectType.ORDERED)
+
+    def f(x):
+        y = x * 2
+        note(y, "first")
+        z = y + 1
+        note(z, "second")
+        return z.sum()
+
+    torch._dynamo.reset()
+    torch.compile(f, fullgraph=True)(torch.ones(3))
+    assert seen == [("first", 6.0), ("second", 9.0)], _changed(
+        "torch", torch.__version__, "CustomOpDef.register_effect / EffectType.ORDERED"
+    )
 
 
 # ---------------------------------------------------------------- jax.jit and nnx.jit

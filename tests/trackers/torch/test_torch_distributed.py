@@ -242,6 +242,9 @@ def test_sharded_parameters_are_recorded_as_their_full_tensor(two_ranks):
     both = [t for r in ranks for t in r["fsdp"]["seen"]["Activation", "0"]]
     assert_same(records["0", "Activation", 0].record, expected(both))
     assert records["0", "Activation", 0].module_type == "Linear"
+    # fully_shard makes the root an FSDPSequential: it keeps its own name
+    assert ("Sequential", "Activation", 0) in records
+    assert not any(name.startswith("FSDP") for name, _, _ in records)
 
 
 def test_fsdp1_flat_parameters_are_recorded_per_parameter(two_ranks):
