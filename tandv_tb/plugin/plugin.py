@@ -1,8 +1,15 @@
-"""The ``tandv`` TensorBoard plugin: the Numerics tab's routes over the plugin's own store."""
+"""The ``tandv`` TensorBoard plugin: the Numerics tab's routes over the plugin's own store.
+
+A request reads what is new in the event files of the runs it reads once, first
+(``NumericsStore.refresh``); everything after reads the store as of then. Run routes are
+built on one worker thread (``worker``) and kept while their runs are unchanged
+(``response_cache``).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 from tensorboard import context as tb_context
@@ -14,7 +21,9 @@ from werkzeug import wrappers
 
 from tandv_tb.disk import metadata
 from tandv_tb.plugin import csv_views, findings_route, views
+from tandv_tb.plugin.listing import Listing, provider_tags, store_tags
 from tandv_tb.plugin.params import Params
+from tandv_tb.plugin.response_cache import ResponseCache
 from tandv_tb.plugin.responses import (
     JSON_TYPE,
     csv_response,
@@ -23,8 +32,10 @@ from tandv_tb.plugin.responses import (
     public_details,
     uncompressed_json_response,
 )
+from tandv_tb.plugin.scalars import Scalars
 from tandv_tb.plugin.static_files import static_file
-from tandv_tb.plugin.store import NumericsStore
+from tandv_tb.plugin.worker import ResponseWorker
+from tandv_tb.store import NumericsStore
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +75,18 @@ class NumericsPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext):
         cache_dir = getattr(context.flags, "tandv_cache_dir", None) if context.flags else None
+        self._provider = context.data_provider
+        logdir = context.logdir
         self._store = (
-            NumericsStore(context.data_provider, context.logdir, cache_dir)
-            if context.data_provider
+            NumericsStore(logdir, cache_dir)
+            if self._provider and logdir and os.path.isdir(logdir)
             else None
         )
+        source = store_tags(self._store, self._provider) if self._store else None
+        self._listing = Listing(source or provider_tags(self._provider))
+        self._scalars = Scalars(self._store, self._provider)
+        self._responses = ResponseCache()
+        self._worker = ResponseWorker()
         if self._store is not None:
             self._store.build_in_background()
 
@@ -84,10 +102,14 @@ class NumericsPlugin(base_plugin.TBPlugin):
 
     def is_active(self) -> bool:
         """Whether any run holds numerics (TensorBoard asks only when its own plugin listing
-        did not already show ``tandv`` data)."""
-        if self._store is None:
+        did not already show ``tandv`` data), without reading event files where it can:
+        the store already holds tags (a restart), or TensorBoard lists numerics tags."""
+        if self._provider is None:
             return False
-        return self._store.is_active(tb_context.RequestContext(), "")
+        if self._store is not None and self._store.has_numerics():
+            return True
+        listing = provider_tags(self._provider)(tb_context.RequestContext(), "", None)
+        return any(listing.values())
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path=ES_MODULE_PATH, tab_name="Numerics")
@@ -109,23 +131,38 @@ class NumericsPlugin(base_plugin.TBPlugin):
         return app
 
     def _answer(self, request: wrappers.Request, route: str):
-        if self._store is None:
+        if self._provider is None:
             raise tb_errors.NotFoundError("TensorBoard runs without a data provider")
         json_route, to_csv = CSV_ROUTES.get(route, (route, None))
         params = Params(request.args)
         query = views.Query(
+            self._listing,
             self._store,
+            self._scalars,
             plugin_util.context(request.environ),
             plugin_util.experiment_id(request.environ),
             params,
         )
-        if json_route in RUN_ROUTES:
-            index = self._store.run(query.ctx, query.experiment_id, params.text("run"))
+        if json_route == FINDINGS_ROUTE:
+            runs = findings_route.runs_of(params)
+            self._refresh(runs)
+            findings_route.check_runs(query, runs)
+            store = query.numerics()
+            fingerprint = tuple(store.version(run) for run in runs)
+            key = (query.experiment_id, route, tuple(runs))
+            body = self._responses.get(
+                key, fingerprint, lambda: dumps(findings_route.findings(query, runs))
+            )
+        elif json_route in RUN_ROUTES:
+            runs = [params.text("run"), params.text("minus_run", required=False)]
+            runs = [run for run in runs if run is not None]
+            self._refresh(runs)
+            index = query.run(runs[0])
+            store = query.numerics()
             # A difference heatmap (``minus_run``) changes when either run does.
-            runs = [index.run, params.text("minus_run", required=False)]
             fingerprint = tuple(
-                (self._store.version(i.run), len(i.entries), i.skipped)
-                for i in (self._store.run(query.ctx, query.experiment_id, r) for r in runs if r)
+                (store.version(i.run), len(i.entries), i.skipped)
+                for i in [index, *(query.run(run) for run in runs[1:])]
             )
             key = (query.experiment_id, route, tuple(sorted(request.args.items(multi=True))))
 
@@ -133,16 +170,12 @@ class NumericsPlugin(base_plugin.TBPlugin):
                 payload = RUN_ROUTES[json_route](query, index)
                 return to_csv(payload) if to_csv else dumps(payload)
 
-            store = self._store
-            body = store.on_worker(lambda: store.cached_result(key, fingerprint, build))
-        elif json_route == FINDINGS_ROUTE:
-            runs = findings_route.runs_of(query)
-            fingerprint = tuple(self._store.version(run) for run in runs)
-            key = (query.experiment_id, route, tuple(runs))
-            body = self._store.cached_result(
-                key, fingerprint, lambda: dumps(findings_route.findings(query, runs))
-            )
+            body = self._worker.run(lambda: self._responses.get(key, fingerprint, build))
         else:
+            if json_route == "runs" and self._store is not None:
+                self._refresh([run for run in self._store.runs() if self._store.has_read(run)])
+            elif json_route == "scalars":
+                self._refresh([params.text("run")])
             payload = PLAIN_ROUTES[json_route](query)
             body = to_csv(payload) if to_csv else dumps(payload)
         if to_csv is None and route in UNCOMPRESSED_ROUTES:
@@ -150,6 +183,13 @@ class NumericsPlugin(base_plugin.TBPlugin):
         if to_csv is None:
             return http_util.Respond(request, body, JSON_TYPE)
         return csv_response(request, body, route.replace(".csv", "") + ".csv")
+
+    def _refresh(self, runs: list[str]) -> None:
+        """Read what is new in the files of the runs a request reads: once per request,
+        before anything of theirs is listed or read."""
+        if self._store is not None:
+            for run in runs:
+                self._store.refresh(run)
 
     def _static(self, request: wrappers.Request, route: str):
         relative = request.path.split("/static/", 1)[1] if "/static/" in request.path else ""

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from tandv_tb.disk.nonfinite import entries_from_stats
+from tandv_tb.disk.nonfinite_record import entries_from_stats
 from tandv_tb.orders import Orders
 from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.distributed import RankCombiner, is_distributed
