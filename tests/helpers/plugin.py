@@ -372,3 +372,24 @@ class TensorBoardProcess:
             self.process.kill()
             self.process.wait()
         self.log.close()
+
+
+class TensorBoardSpecProcess(TensorBoardProcess):
+    """A ``tensorboard`` given ``--logdir_spec`` (which excludes ``--logdir``): no local
+    logdir for the plugin."""
+
+    def __init__(self, spec: str, folder: Path):
+        self.port = _free_port()
+        self.log = open(folder / f"tb_spec_{self.port}.log", "w+")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [
+                *_tensorboard_command(),
+                f"--logdir_spec={spec}",
+                "--host=127.0.0.1",
+                f"--port={self.port}",
+                "--reload_interval=1",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        )

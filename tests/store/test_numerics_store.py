@@ -289,3 +289,44 @@ def test_the_watch_record_is_no_layer_and_no_skipped_tag(tmp_path):
         assert body["runs"][0]["tensor_types"] == ["Activation"]
     finally:
         app.close()
+
+
+def _tensor_scalar(step: int, value: float, with_metadata: bool):
+    """An event of a tensor scalar as TensorFlow 2 writes one; its metadata (plugin
+    ``scalars``) only in the tag's first event, as TensorFlow 1's writer strips it after."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+
+    metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    )
+    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[value])
+    summary = summary_pb2.Summary.Value(tag="loss", tensor=tensor)
+    if with_metadata:
+        summary.metadata.CopyFrom(metadata)
+    return event_pb2.Event(step=step, wall_time=1e9 + step, summary={"value": [summary]})
+
+
+def test_a_tensor_scalar_is_kept_across_a_restart(tmp_path):
+    """The scalar tags seen are restored with the run's tags: the values after a restart,
+    without metadata, are still the same tag's."""
+    from tandv_tb.disk.event_file import EventFile
+
+    events = EventFile(str(tmp_path / "logs" / "r"))
+    for step in range(4):
+        events.write(_tensor_scalar(step, 0.5 * step, with_metadata=step == 0))
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db.refresh("r")
+    assert db.scalars("r")["loss"][0].tolist() == [0, 1, 2, 3]
+    db.close()
+    for step in range(4, 7):
+        events.write(_tensor_scalar(step, 0.5 * step, with_metadata=False))
+    again = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    try:
+        again.refresh("r")
+        steps, values = again.scalars("r")["loss"]
+        assert steps.tolist() == list(range(7))
+        assert values.tolist() == [0.5 * step for step in range(7)]
+        series = again.scalar_series("r", ["loss"])["loss"]
+        assert series.wall_times.tolist() == [1e9 + step for step in range(7)]
+    finally:
+        again.close()

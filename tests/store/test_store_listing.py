@@ -6,10 +6,7 @@ once) give what the general paths give."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,12 +15,7 @@ from tensorboard.backend.event_processing import data_provider, plugin_event_mul
 
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows
 from tandv_tb.store import NumericsStore
-from tests.helpers.plugin import (
-    PluginRoutes,
-    TensorBoardProcess,
-    _free_port,
-    _tensorboard_command,
-)
+from tests.helpers.plugin import PluginRoutes, TensorBoardProcess, TensorBoardSpecProcess
 from tests.helpers.store_runs import ROUTES, write_run
 
 
@@ -83,29 +75,9 @@ def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path,
         again.close()
 
 
-class _SpecServer(TensorBoardProcess):
-    """A ``tensorboard`` given ``--logdir_spec`` (which excludes ``--logdir``)."""
-
-    def __init__(self, spec: str, folder: Path):
-        self.port = _free_port()
-        self.log = open(folder / f"tb_spec_{self.port}.log", "w+")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [
-                *_tensorboard_command(),
-                f"--logdir_spec={spec}",
-                "--host=127.0.0.1",
-                f"--port={self.port}",
-                "--reload_interval=1",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        )
-
-
 def test_a_logdir_spec_is_listed_through_tensorboard(tmp_path):
     write_run(tmp_path / "logs" / "r", range(4))
-    server = _SpecServer(f"x:{tmp_path / 'logs'}", tmp_path)
+    server = TensorBoardSpecProcess(f"x:{tmp_path / 'logs'}", tmp_path)
     try:
         server.wait(lambda: _listed(server) == ["x/r"], "run x/r to be listed")
         status, body, _ = server.get(ROUTES + "layers?run=x/r&tensor_type=Activation")
