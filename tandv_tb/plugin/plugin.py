@@ -82,8 +82,11 @@ class NumericsPlugin(base_plugin.TBPlugin):
             if self._provider and logdir and os.path.isdir(logdir)
             else None
         )
-        source = store_tags(self._store, self._provider) if self._store else None
-        self._listing = Listing(source or provider_tags(self._provider))
+        self._listing = Listing(
+            store_tags(self._store, self._provider)
+            if self._store is not None
+            else provider_tags(self._provider)
+        )
         self._scalars = Scalars(self._store, self._provider)
         self._responses = ResponseCache()
         self._worker = ResponseWorker()
@@ -143,39 +146,16 @@ class NumericsPlugin(base_plugin.TBPlugin):
             plugin_util.experiment_id(request.environ),
             params,
         )
+        runs = self._runs_read(json_route, params)
+        if self._store is not None:
+            for run in runs:  # once, before anything of theirs is listed or read
+                self._store.refresh(run)
         if json_route == FINDINGS_ROUTE:
-            runs = findings_route.runs_of(params)
-            self._refresh(runs)
-            findings_route.check_runs(query, runs)
-            store = query.numerics()
-            fingerprint = tuple(store.version(run) for run in runs)
-            key = (query.experiment_id, route, tuple(runs))
-            body = self._responses.get(
-                key, fingerprint, lambda: dumps(findings_route.findings(query, runs))
-            )
+            body = self._findings(query, runs)
         elif json_route in RUN_ROUTES:
-            runs = [params.text("run"), params.text("minus_run", required=False)]
-            runs = [run for run in runs if run is not None]
-            self._refresh(runs)
-            index = query.run(runs[0])
-            store = query.numerics()
-            # A difference heatmap (``minus_run``) changes when either run does.
-            fingerprint = tuple(
-                (store.version(i.run), len(i.entries), i.skipped)
-                for i in [index, *(query.run(run) for run in runs[1:])]
-            )
             key = (query.experiment_id, route, tuple(sorted(request.args.items(multi=True))))
-
-            def build() -> str:
-                payload = RUN_ROUTES[json_route](query, index)
-                return to_csv(payload) if to_csv else dumps(payload)
-
-            body = self._worker.run(lambda: self._responses.get(key, fingerprint, build))
+            body = self._run_route(query, json_route, to_csv, runs, key)
         else:
-            if json_route == "runs" and self._store is not None:
-                self._refresh([run for run in self._store.runs() if self._store.has_read(run)])
-            elif json_route == "scalars":
-                self._refresh([params.text("run")])
             payload = PLAIN_ROUTES[json_route](query)
             body = to_csv(payload) if to_csv else dumps(payload)
         if to_csv is None and route in UNCOMPRESSED_ROUTES:
@@ -184,12 +164,49 @@ class NumericsPlugin(base_plugin.TBPlugin):
             return http_util.Respond(request, body, JSON_TYPE)
         return csv_response(request, body, route.replace(".csv", "") + ".csv")
 
-    def _refresh(self, runs: list[str]) -> None:
-        """Read what is new in the files of the runs a request reads: once per request,
-        before anything of theirs is listed or read."""
-        if self._store is not None:
-            for run in runs:
-                self._store.refresh(run)
+    def _runs_read(self, json_route: str, params: Params) -> list[str]:
+        """The runs a request reads, as named (a name that is no run reads nothing): what
+        is new in their files is read once per request."""
+        if json_route == FINDINGS_ROUTE:
+            return findings_route.runs_of(params)
+        if json_route in RUN_ROUTES:
+            other = params.text("minus_run", required=False)
+            return [params.text("run"), *([] if other is None else [other])]
+        if json_route == "scalars":
+            return [params.text("run")]
+        if json_route == "runs" and self._store is not None:  # those listed from the store
+            return [run for run in self._store.runs() if self._store.has_read(run)]
+        return []
+
+    def _findings(self, query: views.Query, runs: list[str]) -> str:
+        """The findings of ``runs``, kept while none of them changes."""
+        findings_route.check_runs(query, runs)
+        store = query.numerics()
+        fingerprint = tuple(store.version(run) for run in runs)
+        key = (query.experiment_id, FINDINGS_ROUTE, tuple(runs))
+        return self._responses.get(
+            key, fingerprint, lambda: dumps(findings_route.findings(query, runs))
+        )
+
+    def _run_route(
+        self,
+        query: views.Query,
+        json_route: str,
+        to_csv: Callable[[dict], str] | None,
+        runs: list[str],
+        key: tuple,
+    ) -> str:
+        """A run route's body (``runs``: the run, and the ``minus_run`` of a difference),
+        built on the worker thread and kept while its runs are unchanged."""
+        indexes = [query.run(run) for run in runs]
+        store = query.numerics()
+        fingerprint = tuple((store.version(i.run), len(i.entries), i.skipped) for i in indexes)
+
+        def build() -> str:
+            payload = RUN_ROUTES[json_route](query, indexes[0])
+            return to_csv(payload) if to_csv else dumps(payload)
+
+        return self._worker.run(lambda: self._responses.get(key, fingerprint, build))
 
     def _static(self, request: wrappers.Request, route: str):
         relative = request.path.split("/static/", 1)[1] if "/static/" in request.path else ""
