@@ -11,8 +11,8 @@ RESPONSE_BUDGET = 64 << 20
 
 
 class ResponseCache:
-    def __init__(self, budget: int = RESPONSE_BUDGET):
-        self._results = LRU(budget, lambda item: _size(item[1]))
+    def __init__(self) -> None:
+        self._results = LRU(RESPONSE_BUDGET, lambda item: _size(item[1]))
 
     def get(self, key: Hashable, fingerprint: Hashable, build: Callable[[], object]):
         """``build()``'s result, cached under ``key`` while ``fingerprint`` (the versions

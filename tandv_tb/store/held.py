@@ -23,12 +23,10 @@ LAYOUT_BUDGET = 80 << 20
 
 
 class HeldColumns:
-    def __init__(
-        self, reader: Reader, column_budget: int = COLUMN_BUDGET, layout_budget: int = LAYOUT_BUDGET
-    ):
+    def __init__(self, reader: Reader):
         self._reader = reader
-        self._columns = LRU(column_budget, _held_size)
-        self._layouts = LRU(layout_budget, lambda held: held.nbytes())
+        self._columns = LRU(COLUMN_BUDGET, _held_size)
+        self._layouts = LRU(LAYOUT_BUDGET, lambda held: held.nbytes())
 
     def read(
         self, run: str, version: int, tag_ids: list[int], columns: tuple[str, ...]

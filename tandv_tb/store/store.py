@@ -26,7 +26,7 @@ from tandv_tb.disk.nonfinite_record import NonfiniteStep
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, decode_tensor
 from tandv_tb.store.database import Database
-from tandv_tb.store.held import COLUMN_BUDGET, LAYOUT_BUDGET, HeldColumns
+from tandv_tb.store.held import HeldColumns
 from tandv_tb.store.layout import HeldLayout
 from tandv_tb.store.logdir import Logdir
 from tandv_tb.store.reader import Reader
@@ -51,8 +51,6 @@ class NumericsStore:
         cache_dir: str | os.PathLike | None = None,
         *,
         refresh_secs: float = REFRESH_SECS,
-        column_budget: int = COLUMN_BUDGET,
-        layout_budget: int = LAYOUT_BUDGET,
     ):
         self.logdir = logdir
         self._database = Database(logdir, cache_dir)
@@ -61,7 +59,7 @@ class NumericsStore:
         run_ids = RunIds(self._database)
         self._updates = Updates(self._database, run_ids, self._logdir, refresh_secs)
         self._reader = Reader(self._database, run_ids, self._logdir)
-        self._held = HeldColumns(self._reader, column_budget, layout_budget)
+        self._held = HeldColumns(self._reader)
 
     def close(self) -> None:
         """Close the store (after a background build has stopped at its next transaction);
