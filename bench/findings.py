@@ -40,7 +40,7 @@ from pathlib import Path
 from plugin_load import P, Server, write_logdirs
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOOR = "import numpy, duckdb, tandv_tb.numerics_db"
+FLOOR = "import numpy, duckdb, tandv_tb.store"
 
 
 def _seconds(command: list[str], env: dict) -> tuple[float, float]:
@@ -62,8 +62,8 @@ def _seconds(command: list[str], env: dict) -> tuple[float, float]:
 def _held(logdir: Path, env: dict):
     """Another process holding the logdir's store open (DuckDB lets one process open it)."""
     hold = (
-        "import sys; from tandv_tb.numerics_db import NumericsDB; "
-        "NumericsDB(sys.argv[1]); print('holding', flush=True); sys.stdin.read()"
+        "import sys; from tandv_tb.store import NumericsStore; "
+        "NumericsStore(sys.argv[1]); print('holding', flush=True); sys.stdin.read()"
     )
     holder = subprocess.Popen(
         [sys.executable, "-c", hold, str(logdir)],
@@ -118,12 +118,12 @@ def breakdown(logdir: Path) -> dict:
     from tandv_tb.diagnosis import Thresholds, trends
     from tandv_tb.diagnosis import low_precision as lp
     from tandv_tb.diagnosis.columns import RunNumerics
-    from tandv_tb.numerics_db import NumericsDB
+    from tandv_tb.store import NumericsStore
 
     thresholds = Thresholds()
-    db = NumericsDB(str(logdir), Path(tempfile.gettempdir()) / "tandv_findings_breakdown")
+    db = NumericsStore(str(logdir), Path(tempfile.gettempdir()) / "tandv_findings_breakdown")
     (run,) = db.runs()
-    RunNumerics.read(db, run)  # the store is built (or brought up to date)
+    db.refresh(run)  # the store is built (or brought up to date)
     parts = {}
 
     def timed(name, call):

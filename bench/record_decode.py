@@ -2,7 +2,7 @@
 ``decode_rows``, in the same run, variants interleaved: (1) decode alone, every chunk of one
 run's event files, numba already loaded, with and without bins (the store's
 build leaves them out); (2) the store's build of that run in a fresh
-process per variant (``NumericsDB.refresh``), the baseline's ``decode_rows`` patched in.
+process per variant (``NumericsStore.refresh``), the baseline's ``decode_rows`` patched in.
 Also checks that both give the same arrays, bit for bit, on the run's records.
 
     PYTHONPATH=$PWD python bench/record_decode.py LOGDIR RUN [--baseline REV] [--rounds N]
@@ -29,15 +29,14 @@ import shutil, sys, tempfile, time
 t0, c0 = time.perf_counter(), time.process_time()
 sys.path.insert(0, {bench!r})
 import record_decode
-from tandv_tb import numerics_ingest
-from tandv_tb.numerics_db import NumericsDB
+from tandv_tb.store import NumericsStore, ingest
 if {baseline!r}:  # it had no with_bins: it always gave them
     baseline = record_decode.baseline_module({baseline!r}).decode_rows
-    numerics_ingest.decode_rows = lambda contents, sizes, formats, **_: baseline(
+    ingest.decode_rows = lambda contents, sizes, formats, **_: baseline(
         contents, sizes, formats
     )
 cache = tempfile.mkdtemp()
-db = NumericsDB({logdir!r}, cache)
+db = NumericsStore({logdir!r}, cache)
 db.refresh({run!r})
 print(time.perf_counter() - t0, time.process_time() - c0)
 db.close()
@@ -64,9 +63,8 @@ def baseline_module(rev: str):
 
 def _chunks(run_dir: Path):
     """Every chunk of the run's event files and its rows' format counts."""
-    from tandv_tb.disk.event_reader import read_chunk
+    from tandv_tb.disk.event_reader import event_files, read_chunk
     from tandv_tb.disk.tag_table import TagTable
-    from tandv_tb.numerics_ingest import event_files
 
     table, chunks = TagTable(), []
     for name, size in event_files(run_dir).items():

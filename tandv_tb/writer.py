@@ -38,7 +38,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tandv_tb import formats as fmt
 from tandv_tb.disk.event_file import EventFile
 from tandv_tb.disk.metadata import TagInfo, check_tensor_type
-from tandv_tb.disk.nonfinite import NonfiniteEntry, encode_nonfinite
+from tandv_tb.disk.nonfinite_record import NonfiniteEntry, encode_nonfinite
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.summary import numerics_value
 
@@ -250,7 +250,7 @@ class NumericsWriter:
 
     def add_nonfinite(self, step: int, entries: Iterable[NonfiniteEntry]) -> None:
         """Record the tensors found holding NaN/Inf at ``step`` (in execution order; see
-        ``tandv_tb.disk.nonfinite``); nothing is written for none."""
+        ``tandv_tb.disk.nonfinite_record``); nothing is written for none."""
         self.add_records(step, [], nonfinite=entries)
 
     def add_records(

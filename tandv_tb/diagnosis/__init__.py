@@ -1,7 +1,7 @@
 """Diagnosis: what went wrong in a training, named by run, step, tensor and reason.
 
 ``tandv_tb.findings(logdir)`` (this package's ``findings``) reads every recorded step of the
-runs under a logdir from the numerics store (``tandv_tb.numerics_db``) and returns one row
+runs under a logdir from the numerics store (``tandv_tb.store``) and returns one row
 per finding; ``tandv-tb findings LOGDIR`` (``cli``) prints them; the plugin's ``findings``
 route serves them to the Numerics tab. Kinds, one module per group:
 
@@ -36,18 +36,20 @@ def find(
     """The findings as ``Finding`` objects (what ``findings`` and the command line build
     on). ``FileNotFoundError`` for a missing logdir, ``ValueError`` for an unknown run."""
     from tandv_tb.diagnosis.engine import diagnose
-    from tandv_tb.numerics_db import NumericsDB
+    from tandv_tb.store import NumericsStore
 
     root = os.fspath(logdir)
     if not os.path.isdir(root):
         raise FileNotFoundError(f"no such log directory: {root!r}")
-    db = NumericsDB(root, cache_dir)
+    db = NumericsStore(root, cache_dir)
     try:
         runs = db.runs()
         if run is not None:
             if run not in runs:
                 raise ValueError(f"no run {run!r} under {root!r}; runs: {runs}")
             runs = [run]
+        for name in runs:
+            db.refresh(name)
         return diagnose(db, runs, thresholds)
     finally:
         db.close()

@@ -1,5 +1,5 @@
-"""What every kind of finding shares: the ``Finding`` row, the thresholds and the
-execution order of tensors."""
+"""What every kind of finding shares: the ``Finding`` row and the thresholds (the
+execution order of tensors is ``tandv_tb.disk.metadata.execution_key``)."""
 
 from __future__ import annotations
 
@@ -115,28 +115,6 @@ class Thresholds:
         from tandv_tb.diagnosis.columns import check_metric
 
         check_metric(self.divergence_metric)
-
-
-# -- execution order ---------------------------------------------------------------------
-_FORWARD = {"Input": 0, "Activation": 1}
-_BACKWARD = {"Gradient": 0, "Input_Gradient": 1}
-_AT_STEP = {"Weight_Gradient": 2, "Weight": 3}
-
-
-def execution_key(tensor_type: str, order: int, name: str) -> tuple:
-    """Where a tensor comes in one training step: inputs and activations in forward order
-    (a module's input before its output), gradients in backward order (descending ``order``,
-    the gradient of a module's output before that of its input), then weight gradients,
-    weights and optimizer state as read at ``step()``; unknown types last."""
-    if tensor_type in _FORWARD:
-        return (0, order, _FORWARD[tensor_type], name)
-    if tensor_type in _BACKWARD:
-        return (1, -order, _BACKWARD[tensor_type], name)
-    if tensor_type in _AT_STEP:
-        return (_AT_STEP[tensor_type], order, 0, name)
-    if tensor_type.startswith("Optimiser_State."):
-        return (4, order, 0, tensor_type + "\0" + name)
-    return (5, order, 0, tensor_type + "\0" + name)
 
 
 def percent(share: float) -> str:

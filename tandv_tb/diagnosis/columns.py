@@ -8,10 +8,10 @@ import functools
 
 import numpy as np
 
-from tandv_tb.diagnosis.base import execution_key
-from tandv_tb.disk.metadata import TagInfo
+from tandv_tb.disk.metadata import TagInfo, execution_key
 from tandv_tb.disk.record import COUNTS, STATISTICS
-from tandv_tb.numerics_db import NumericsDB
+from tandv_tb.store import NumericsStore
+from tandv_tb.store.rows import TagSteps
 
 #: The columns the findings read for every record.
 BASE_COLUMNS = (*COUNTS, "max_abs", "rm2")
@@ -39,7 +39,7 @@ class RunNumerics:
     """Every readable record of a run's numerics tags, sorted by (tensor, step).
 
     Tensor ``g`` is ``tensors[g]``; ``rank[g]`` is its place in execution order
-    (``base.execution_key``); row ``i`` belongs to tensor ``tensor[i]``, and tensor g's rows
+    (``metadata.execution_key``); row ``i`` belongs to tensor ``tensor[i]``, and tensor g's rows
     are ``starts[g]:starts[g + 1]``."""
 
     run: str
@@ -56,32 +56,16 @@ class RunNumerics:
 
     def row_of(self, tag_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """The row of each (tag, step), -1 where there is none."""
-        every_row = np.array_equal(steps, self.steps) and np.array_equal(
-            tag_ids, self.tag_ids[self.tensor]
-        )
-        if every_row:  # the common case: all of them, in order
-            return np.arange(len(steps))
-        tensors = np.searchsorted(self.tag_ids, tag_ids)
-        known = tensors < len(self.tag_ids)
-        known[known] = self.tag_ids[tensors[known]] == tag_ids[known]
-        unique, keys = self._row_keys
-        wanted = tensors * len(unique) + np.searchsorted(unique, steps)
-        at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-        found = known & (at < len(keys))
-        if len(keys):
-            found &= (keys[at] == wanted) & (self.steps[at] == steps)
-        return np.where(found, at, -1)
+        return self._index.row_of(tag_ids, steps)
 
     @functools.cached_property
-    def _row_keys(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every recorded step, and each row's (tensor, step) as one ascending integer."""
-        unique, rank = np.unique(self.steps, return_inverse=True)
-        return unique, self.tensor * len(unique) + rank
+    def _index(self) -> TagSteps:
+        return TagSteps(self.tag_ids[self.tensor], self.steps)
 
     @property
     def unique_steps(self) -> np.ndarray:
         """Every step at which some tensor was recorded, ascending."""
-        return self._row_keys[0]
+        return self._index.unique_steps
 
     def finite(self) -> np.ndarray:
         """The number of finite values of each row."""
@@ -93,9 +77,8 @@ class RunNumerics:
         return f"{info.tensor_type} {info.name!r}"
 
     @classmethod
-    def read(cls, db: NumericsDB, run: str, extra: tuple[str, ...] = ()) -> RunNumerics:
-        """The run as of now (the store reads what is new in its files first)."""
-        db.refresh(run)
+    def read(cls, db: NumericsStore, run: str, extra: tuple[str, ...] = ()) -> RunNumerics:
+        """The run as of its last refresh (``NumericsStore.refresh``)."""
         known = sorted(
             (tag_id, info) for tag_id, info, _ in db.tags(run).values() if info is not None
         )

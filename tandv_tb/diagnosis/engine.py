@@ -18,10 +18,10 @@ from tandv_tb.diagnosis.trends import (
     find_drifts,
     loss_spike_findings,
 )
-from tandv_tb.numerics_db import NumericsDB
+from tandv_tb.store import NumericsStore
 
 
-def run_findings(db: NumericsDB, numerics: RunNumerics, thresholds: Thresholds) -> list[Finding]:
+def run_findings(db: NumericsStore, numerics: RunNumerics, thresholds: Thresholds) -> list[Finding]:
     """The findings of one run (all kinds but ``divergence``)."""
     shares = format_shares(db, numerics)
     drifts = find_drifts(numerics, thresholds)
@@ -36,8 +36,8 @@ def run_findings(db: NumericsDB, numerics: RunNumerics, thresholds: Thresholds) 
     ]
 
 
-def diagnose(db: NumericsDB, runs: list[str], thresholds: Thresholds) -> list[Finding]:
-    """The findings of ``runs`` (each brought up to date first) and the ``divergence`` of
+def diagnose(db: NumericsStore, runs: list[str], thresholds: Thresholds) -> list[Finding]:
+    """The findings of ``runs`` (each as of its last refresh) and the ``divergence`` of
     every pair of them, sorted by run, then step (the most severe first at one step)."""
     extra = (thresholds.divergence_metric.removeprefix("log2_"),) if len(runs) > 1 else ()
     numerics = [RunNumerics.read(db, run, extra) for run in runs]

@@ -6,7 +6,7 @@ import numpy as np
 
 from tandv_tb.diagnosis.base import Finding
 from tandv_tb.diagnosis.columns import RunNumerics
-from tandv_tb.disk.nonfinite import NonfiniteStep
+from tandv_tb.disk.nonfinite_record import NonfiniteStep
 
 
 def _counts(nan: int, posinf: int, neginf: int) -> str:
@@ -33,7 +33,7 @@ def _finding(run: str, step: int, tensor_type: str, name: str, counts, others: i
 def nonfinite_findings(watched: list[NonfiniteStep], numerics: RunNumerics) -> list[Finding]:
     """From the non-finite watch's records (it sees every step, tracked or not) where the run
     has any; else from the NaN/Inf counts of the recorded steps, the first tensor taken in
-    execution order (``base.execution_key``)."""
+    execution order (``metadata.execution_key``)."""
     for found in watched:
         if found.entries:
             first = found.entries[0]

@@ -13,7 +13,7 @@ from tandv_tb.diagnosis.base import Finding, Thresholds, percent
 from tandv_tb.diagnosis.columns import RunNumerics, first_stretches
 from tandv_tb.disk import metadata
 from tandv_tb.disk.record_columns import DecodedRows, decode_rows, ragged_index
-from tandv_tb.numerics_db import NumericsDB
+from tandv_tb.store import NumericsStore
 
 _MOST_AFFECTED = 3  # layers named by an overflow finding
 
@@ -28,7 +28,7 @@ class FormatShares:
     over: np.ndarray  # overflow / finite values
 
 
-def format_shares(db: NumericsDB, numerics: RunNumerics) -> list[FormatShares]:
+def format_shares(db: NumericsStore, numerics: RunNumerics) -> list[FormatShares]:
     """One ``FormatShares`` per format recorded by any tensor of the run."""
     by_format: dict[str, dict[int, int]] = {}
     for g, info in enumerate(numerics.tensors):
@@ -127,7 +127,7 @@ def underflow_findings(
 
 
 def scale_findings(
-    db: NumericsDB, numerics: RunNumerics, shares: list[FormatShares], thresholds: Thresholds
+    db: NumericsStore, numerics: RunNumerics, shares: list[FormatShares], thresholds: Thresholds
 ) -> list[Finding]:
     """Per tensor and format with an ``underflow`` finding or an ``overflow`` above the
     warning threshold: the power-of-two scale 2**k that minimises the estimated share of
@@ -203,7 +203,7 @@ class Histograms:
     decoded: DecodedRows
 
     @classmethod
-    def read(cls, db: NumericsDB, numerics: RunNumerics, rows: np.ndarray) -> Histograms:
+    def read(cls, db: NumericsStore, numerics: RunNumerics, rows: np.ndarray) -> Histograms:
         tensors = numerics.tensor[rows]
         tag_ids = numerics.tag_ids[np.unique(tensors)].tolist()
         read = db.rows(

@@ -1,11 +1,12 @@
 """The on-disk format: what the trackers write and every reader reads.
 
 Below the statistics engine and every reader (it imports neither): ``metadata`` (the
-per-tag plugin metadata, tensor types), ``record`` (``NumericsRecord``, the contract's
-``STATISTICS`` and ``COUNTS``), ``summary`` (a record as a summary value), ``nonfinite``
-(the non-finite watch's record), ``framing`` (the framing of records in an event file),
-``event_file`` (writing event files), ``event_reader`` (reading them, with ``tag_table``,
-``fast_events`` and ``chunk_values``; ``event_scan`` is its compiled scanner) and
-``record_columns`` (records decoded, and the checks a record must pass); ``kernels`` holds
-the compiled loops, imported on first use.
+per-tag plugin metadata, tensor types and their orders), ``record`` (``NumericsRecord``,
+the contract's ``STATISTICS`` and ``COUNTS``), ``summary`` (a record as a summary value),
+``nonfinite_record`` (the non-finite watch's record), ``framing`` (the framing of records
+in an event file), ``event_file`` (writing event files), ``event_reader`` (what an event
+file is, and reading them, with ``tag_table``, ``fast_events`` and ``chunk_values``;
+``event_scan`` is its compiled scanner), ``nonfinite`` (the watch's records read back from
+a logdir) and ``record_columns`` (records decoded, and the checks a record must pass);
+``kernels`` holds the compiled loops, imported on first use.
 """

@@ -14,7 +14,7 @@ makes). Damage is never fatal:
 - after a header that fails its checksum (flipped bytes, a zero-filled tail), reading goes
   on at the next offset where a whole record passes both checksums;
 - tags of this plugin that hold no numerics are passed over silently, but the non-finite
-  watch's record (``tandv_tb.disk.nonfinite``) is collected in ``Chunk.nonfinite``, and
+  watch's record (``tandv_tb.disk.nonfinite_record``) is collected in ``Chunk.nonfinite``, and
   TensorBoard scalars (the loss) in ``Chunk.scalars``;
 - an event that is not an ``Event`` proto, the values of a tag whose metadata is
   unreadable, from a newer tandv_tb or lost (in a damaged first record), and a value whose
@@ -27,6 +27,7 @@ the steps of the readable records around it. A refused tag is described once per
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,12 +104,31 @@ def read_chunk(
     return values.chunk(offset + consumed, problems)
 
 
+def is_event_file(name: str) -> bool:
+    """Whether a file of this name is an event file: its name holds "tfevents", as
+    TensorBoard decides (a run is a folder that holds event files of its own)."""
+    return "tfevents" in name
+
+
+def event_files(directory: Path) -> dict[str, int]:
+    """``{name: size}`` of the event files directly in ``directory`` (one run's own), by
+    name; none where the folder cannot be read."""
+    found = {}
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if is_event_file(entry.name):
+                with contextlib.suppress(OSError):
+                    if entry.is_file():
+                        found[entry.name] = entry.stat().st_size
+    return dict(sorted(found.items()))
+
+
 def event_runs(logdir: Path) -> dict[str, list[Path]]:
     """Event files by run, the run named as TensorBoard names it ("." for logdir)."""
     runs: dict[str, list[Path]] = {}
     for directory, subdirs, files in os.walk(logdir):
         subdirs.sort()
-        events = sorted(f for f in files if "tfevents" in f)
+        events = sorted(f for f in files if is_event_file(f))
         if events:
             run = os.path.relpath(directory, logdir).replace(os.sep, "/")
             runs[run] = [Path(directory) / f for f in events]

@@ -10,7 +10,7 @@ It is stored as compact JSON in ``plugin_data.content``::
 
 Readers take the name and tensor type from here, never by parsing the tag string. A tag
 of another kind (``"kind": "nonfinite"``, the non-finite watch's record, see
-``tandv_tb.disk.nonfinite``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
+``tandv_tb.disk.nonfinite_record``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
 ``NotNumerics``, which readers skip silently. The version says how each step's tensor is
 stored (see ``tandv_tb.disk.summary``): 1 as ``int64_val``, 2 (written since) as varint bytes;
 this version reads both, and refuses newer ones.
@@ -56,13 +56,54 @@ _OPTIMISER_STATE = re.compile(r"Optimiser_State\.[^\s/]+")
 
 
 def tensor_type_key(tensor_type: str) -> tuple:
-    """Sort key of tensor types: ``TENSOR_TYPES`` in order, optimiser states next (by key),
-    others last."""
+    """Display order of tensor types: ``TENSOR_TYPES`` in order, optimiser states next (by
+    key), others last.
+
+    Menus list the types by name, in the contract's order, where a reader looks a type up;
+    execution order (``execution_key``) is for what happened first, as findings tell it."""
     if tensor_type in TENSOR_TYPES:
         return (0, TENSOR_TYPES.index(tensor_type), "")
     if tensor_type.startswith("Optimiser_State."):
         return (1, 0, tensor_type)
     return (2, 0, tensor_type)
+
+
+#: The phases of one training step, in execution order, and the tensor types met in each
+#: (in the order met for one module): the forward pass (a module's input before its
+#: output), the backward pass (the gradient of a module's output before that of its input),
+#: then what is read at ``step()``: weight gradients, weights, optimizer state. Unknown
+#: types come last.
+_PHASES = {
+    "Input": (0, 0),
+    "Activation": (0, 1),
+    "Gradient": (1, 0),
+    "Input_Gradient": (1, 1),
+    "Weight_Gradient": (2, 0),
+    "Weight": (3, 0),
+}
+_BACKWARD_PHASE, _OPTIMISER_PHASE, _UNKNOWN_PHASE = 1, 4, 5
+
+
+def execution_phase(tensor_type: str) -> int:
+    """The phase of one training step in which tensors of ``tensor_type`` are met (0:
+    forward, 1: backward, 2-4: read at ``step()``, 5: unknown)."""
+    if tensor_type in _PHASES:
+        return _PHASES[tensor_type][0]
+    if tensor_type.startswith("Optimiser_State."):
+        return _OPTIMISER_PHASE
+    return _UNKNOWN_PHASE
+
+
+def execution_key(tensor_type: str, order: int, name: str) -> tuple:
+    """Where a tensor comes in one training step: inputs and activations in forward order
+    (a module's input before its output), gradients in backward order (descending
+    ``order``, the gradient of a module's output before that of its input), then weight
+    gradients, weights and optimizer state as read at ``step()``; unknown types last."""
+    phase = execution_phase(tensor_type)
+    if tensor_type in _PHASES:
+        within = _PHASES[tensor_type][1]
+        return (phase, -order if phase == _BACKWARD_PHASE else order, within, name)
+    return (phase, order, 0, tensor_type + "\0" + name)
 
 
 class UnsupportedVersion(ValueError):

@@ -1,165 +1,30 @@
-"""The non-finite watch's record: which tracked tensors held NaN or Inf at a step.
+"""Reading the non-finite watch's records back from a logdir (``read_nonfinite``).
 
-The trackers watch every step (tracked or not) for NaN/Inf in the tensors they track and,
-at a step where some were found, write one extra value into that step's event: the tag
-``tandv/_nonfinite`` (plugin ``tandv``, ``DATA_CLASS_TENSOR``, plugin content
-``{"version": 2, "kind": "nonfinite"}``), whose tensor is a 0-d ``DT_STRING`` holding
-UTF-8 JSON, a list in execution order of
-``{"tensor_type": str, "name": str, "nan": int, "posinf": int, "neginf": int}``.
-Steps without NaN/Inf write nothing. Every value carries its metadata (the tag is written
-rarely), so a reader finds it in any event file of the run.
-
-Execution order: activations (and module inputs) in forward order, then gradients in
-backward order, then weight gradients, then weights and optimizer state as read at
-``step()``.
+The record itself (its tag, encoding and entries) is ``tandv_tb.disk.nonfinite_record``;
+this module reads it with the event reader, which decodes it while it reads a file.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import warnings
-from collections.abc import Iterable, Sequence
 
-from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tandv_tb.disk.event_reader import DataWarning, read_file, select_runs
+from tandv_tb.disk.nonfinite_record import NonfiniteEntry, NonfiniteStep
+from tandv_tb.disk.tag_table import TagTable
 
-from tandv_tb.disk.metadata import NONFINITE_KIND, PLUGIN_DATA_VERSION, PLUGIN_NAME
-
-#: The tag of the watch's record (one per run).
-NONFINITE_TAG = f"{PLUGIN_NAME}/_nonfinite"
-_COUNTS = ("nan", "posinf", "neginf")
-
-
-@dataclasses.dataclass(frozen=True)
-class NonfiniteEntry:
-    """One tensor that held NaN/Inf at a step, with how many of each."""
-
-    tensor_type: str
-    name: str
-    nan: int
-    posinf: int
-    neginf: int
-
-
-@dataclasses.dataclass(frozen=True)
-class NonfiniteStep:
-    """The non-finite tensors of one step of one run, in execution order."""
-
-    run: str
-    step: int
-    entries: tuple[NonfiniteEntry, ...]
-
-
-#: Where tensor types come in execution order: module outputs (and inputs) as observed,
-#: then what is read at ``step()``: weight gradients, weights, optimizer state.
-_AT_STEP = {"Weight_Gradient": 1, "Weight": 2}
-
-
-def phase(tensor_type: str) -> int:
-    """The rank of a tensor type in execution order (ties keep the order observed)."""
-    if tensor_type.startswith("Optimiser_State."):
-        return 3
-    return _AT_STEP.get(tensor_type, 0)
-
-
-def merge(found: Iterable[tuple[str, str, Sequence[int]]]) -> list[NonfiniteEntry]:
-    """``(name, tensor_type, (nan, posinf, neginf))`` in the order observed, as entries in
-    execution order: one per (name, tensor type), counts added, tensors without NaN/Inf
-    left out."""
-    totals: dict[tuple[str, str], list[int]] = {}
-    for name, tensor_type, counts in found:
-        total = totals.setdefault((name, tensor_type), [0, 0, 0])
-        for i, count in enumerate(counts):
-            total[i] += int(count)
-    keys = sorted(totals, key=lambda key: phase(key[1]))  # stable
-    return [NonfiniteEntry(t, n, *totals[n, t]) for n, t in keys if any(totals[n, t])]
-
-
-def entries_from_stats(results: Iterable[tuple[str, str, object]]) -> list[NonfiniteEntry]:
-    """The entries of a tracked step from its ``(name, tensor_type, TensorStats)``."""
-    return merge(
-        (name, tensor_type, (s.nan_count, s.posinf_count, s.neginf_count))
-        for name, tensor_type, s in results
-    )
-
-
-def _metadata() -> summary_pb2.SummaryMetadata:
-    content = {"version": PLUGIN_DATA_VERSION, "kind": NONFINITE_KIND}
-    return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(
-            plugin_name=PLUGIN_NAME,
-            content=json.dumps(content, separators=(",", ":")).encode("utf-8"),
-        ),
-        data_class=summary_pb2.DATA_CLASS_TENSOR,
-    )
-
-
-def _count(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"non-finite entry: {field!r} should be an int >= 0, got {value!r}")
-    return value
-
-
-def _entry(item: object) -> NonfiniteEntry:
-    """One entry from its JSON object (or a ``NonfiniteEntry``), checked."""
-    if isinstance(item, NonfiniteEntry):
-        item = dataclasses.asdict(item)
-    if not isinstance(item, dict):
-        raise ValueError(f"non-finite entry: expected an object, got {type(item).__name__}")
-    for field in ("tensor_type", "name"):
-        if not isinstance(item.get(field), str):
-            raise ValueError(
-                f"non-finite entry: {field!r} should be a string, got {item.get(field)!r}"
-            )
-    counts = [_count(item.get(field), field) for field in _COUNTS]
-    return NonfiniteEntry(item["tensor_type"], item["name"], *counts)
-
-
-def encode_nonfinite(entries: Iterable[NonfiniteEntry]) -> summary_pb2.Summary.Value:
-    """The summary value of one step's non-finite tensors (``ValueError`` for a bad one)."""
-    checked = [dataclasses.asdict(_entry(entry)) for entry in entries]
-    payload = json.dumps(checked, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    tensor = tensor_pb2.TensorProto(
-        dtype=types_pb2.DT_STRING,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
-        string_val=[payload],
-    )
-    return summary_pb2.Summary.Value(tag=NONFINITE_TAG, metadata=_metadata(), tensor=tensor)
-
-
-def decode_nonfinite(tensor: tensor_pb2.TensorProto) -> list[NonfiniteEntry]:
-    """The entries stored in one value's tensor; ``ValueError`` saying what is malformed."""
-    if tensor.dtype != types_pb2.DT_STRING:
-        raise ValueError(
-            f"non-finite record: expected a DT_STRING tensor, got dtype {tensor.dtype}"
-        )
-    if tensor.tensor_shape.dim or len(tensor.string_val) != 1:
-        dims = [d.size for d in tensor.tensor_shape.dim]
-        raise ValueError(
-            f"non-finite record: expected one string (a 0-d tensor), got shape {dims} "
-            f"holding {len(tensor.string_val)} strings"
-        )
-    try:
-        data = json.loads(tensor.string_val[0].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"non-finite record: not UTF-8 JSON ({error})") from None
-    if not isinstance(data, list):
-        raise ValueError(f"non-finite record: expected a JSON list, got {type(data).__name__}")
-    return [_entry(item) for item in data]
+__all__ = ["NonfiniteEntry", "NonfiniteStep", "read_nonfinite"]
 
 
 def read_nonfinite(logdir: str | os.PathLike, run: str | None = None) -> list[NonfiniteStep]:
     """Every step where the watch found NaN/Inf under ``logdir`` (or in one ``run``), sorted
-    by run, then step (a step written twice, as by a resumed run, appears twice).
+    by run, then step (a step written twice, as by a resumed run, appears twice), each
+    step's ``NonfiniteEntry``s in execution order.
 
     What cannot be read (a malformed record, damaged bytes) is skipped with a
     ``DataWarning``, as by ``read_frame``. ``FileNotFoundError`` for a missing logdir,
     ``ValueError`` for an unknown run.
     """
-    from tandv_tb.disk.event_reader import DataWarning, read_file, select_runs  # it imports this
-    from tandv_tb.disk.tag_table import TagTable
-
     runs = select_runs(logdir, run)
     found: list[NonfiniteStep] = []
     for name in sorted(runs):

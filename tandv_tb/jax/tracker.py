@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 
-from tandv_tb.disk.nonfinite import entries_from_stats
+from tandv_tb.disk.nonfinite_record import entries_from_stats
 from tandv_tb.jax import kernels, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap

@@ -2,9 +2,9 @@
 
 A format recorded at tracking time is read as stored (exact). Casting to the tensor's own
 dtype changes nothing (exactly 0 and 0). Any other format is estimated from the exponent
-histogram with the rule of ``tandv_tb.frame`` (so the dashboards and ``read_frame`` give the
-same estimate), here as per-bin weights (``tandv_tb.cast_estimate.bin_weights``) applied to
-all steps at once.
+histogram with the one rule of ``tandv_tb.cast_estimate`` (which ``read_frame`` applies
+too, so the dashboards and the frame give the same estimate), here as its per-bin weights
+(``bin_weights``) applied to all steps at once.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from tandv_tb import formats as fmt
 from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.disk import metadata
-from tandv_tb.plugin.columns import LayerSeries
+from tandv_tb.store.series import LayerSeries, StepColumns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,8 +28,9 @@ class CastCounts:
     exact: bool
 
 
-def cast_counts(series: LayerSeries, format_name: str) -> CastCounts:
-    """Under/overflow of ``format_name`` at every step of ``series``."""
+def cast_counts(series: StepColumns, format_name: str) -> CastCounts:
+    """Under/overflow of ``format_name`` at every step of ``series`` (a ``LayerGrid`` only
+    for a format all its layers recorded: nothing to estimate)."""
     if format_name in series.formats:
         return CastCounts(*series.casts(format_name), True)
     underflow = np.zeros(len(series), dtype=np.int64)
@@ -53,7 +54,7 @@ def _weighted_bin_sums(
     """``rint(sum_i counts[i] * weights[n_i - lowest bin of dtype])`` for each row."""
     bins = series.bins
     if bins is None:
-        raise KeyError(f"the bins of {series.tag_info.name!r} were not read")
+        raise KeyError(f"the bins of {series.name!r} were not read")
     lengths = bins.starts[rows + 1] - bins.starts[rows]
     within = _positions(lengths)
     index = np.repeat(bins.starts[rows], lengths) + within

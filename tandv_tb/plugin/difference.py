@@ -24,7 +24,7 @@ def minus_index(query, index: RunIndex, tensor_type: str) -> RunIndex | None:
         return None
     if other == index.run:
         raise InvalidArgumentError(f"minus_run must differ from run, both are {other!r}")
-    other_index = query.store.run(query.ctx, query.experiment_id, other)
+    other_index = query.run(other)
     other_index.layers(tensor_type)  # 404 naming the tensor type when the run lacks it
     return other_index
 

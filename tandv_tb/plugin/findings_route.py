@@ -19,18 +19,22 @@ MAX_RUNS = 64
 DEFAULTS = Thresholds()
 
 
-def runs_of(query) -> list[str]:
-    """The ``run`` parameters, each known to hold numerics (404 otherwise), sorted."""
-    runs = query.params.texts("run", required=True)
+def runs_of(params) -> list[str]:
+    """The ``run`` parameters, sorted (400 for more than ``MAX_RUNS``)."""
+    runs = params.texts("run", required=True)
     if len(runs) > MAX_RUNS:
         raise InvalidArgumentError(f"at most {MAX_RUNS} runs a request, got {len(runs)}")
-    for run in runs:
-        query.store.run(query.ctx, query.experiment_id, run)
     return sorted(runs)
 
 
+def check_runs(query, runs: list[str]) -> None:
+    """404 for a run that holds no numerics."""
+    for run in runs:
+        query.run(run)
+
+
 def findings(query, runs: list[str]) -> dict:
-    found = diagnose(query.store.numerics_db(), runs, DEFAULTS)
+    found = diagnose(query.numerics(), runs, DEFAULTS)
     found.sort(key=lambda f: (severity_rank(f.severity), f.run, f.step))
     listed = []
     for f in found:

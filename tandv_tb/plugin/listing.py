@@ -1,13 +1,14 @@
 """The numerics runs and tags of the logdir (metadata only), by tensor type and layer.
 
 Under a local ``--logdir`` runs and tags are listed from the plugin's own store
-(``numerics_db``): it finds the runs itself and knows each tag's metadata, so the tab lists
-a run as soon as the store has read it, without waiting for TensorBoard's data server to
-read every event file (seconds at a restart of a large logdir); a run the store has never
-read (a first start) is listed as TensorBoard lists it until a route reads it, so that
-listing never waits for a large run to be built. Where the store cannot know
-(no local logdir: ``--logdir_spec``, a remote URL) they are listed through TensorBoard's
-data provider (both loaders). Either way a listing is trusted for ``LISTING_TTL``.
+(``tandv_tb.store``), as of each run's last refresh: it finds the runs itself and knows
+each tag's metadata, so the tab lists a run as soon as the store has read it, without
+waiting for TensorBoard's data server to read every event file (seconds at a restart of a
+large logdir); a run the store has never read (a first start) is listed as TensorBoard
+lists it until a route reads it, so that listing never waits for a large run to be built.
+Where the store cannot know (no local logdir: ``--logdir_spec``, a remote URL) they are
+listed through TensorBoard's data provider (both loaders). Either way a listing is trusted
+for ``LISTING_TTL``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tensorboard.data import provider as tb_provider
 from tensorboard.errors import NotFoundError
 
 from tandv_tb.disk import metadata
-from tandv_tb.numerics_db import NumericsDB
+from tandv_tb.store import NumericsStore
 
 logger = logging.getLogger(__name__)
 
@@ -103,27 +104,28 @@ def provider_tags(provider, plugin_name: str = metadata.PLUGIN_NAME) -> TagSourc
     return list_tags
 
 
-def store_tags(db: NumericsDB, provider) -> TagSource:
-    """Tags as the plugin's store lists them: the runs under its logdir now, each read up
-    to date first (``NumericsDB.refresh``). Listing every run does not build the store of
-    a run it has never read (minutes for a large logdir's first start): such a run is
-    listed as TensorBoard's data provider lists it, until a route asks for its data."""
+def store_tags(store: NumericsStore, provider) -> TagSource:
+    """Tags as the plugin's store lists them: the runs under its logdir now, each as of its
+    last refresh (the request handler refreshes the runs it reads first). Listing every run
+    does not build the store of a run it has never read (minutes for a large logdir's
+    first start): such a run is listed as TensorBoard's data provider lists it, until a
+    route asks for its data."""
     held: dict[str, tuple[int, dict[str, StoredTag]]] = {}  # run -> (version, its tags)
     from_provider = provider_tags(provider)
 
     def tags_of(run: str) -> dict[str, StoredTag]:
-        version = db.refresh(run)
+        version = store.version(run)
         if run not in held or held[run][0] != version:
-            listed = db.tag_listing(run)
+            listed = store.tag_listing(run)
             held[run] = (version, {tag: StoredTag(*entry) for tag, entry in listed.items()})
         return held[run][1]
 
     def list_tags(ctx, experiment_id: str, run: str | None):
         if run is not None:
-            return {name: tags_of(name) for name in [run] if db.has_run(name)}
+            return {name: tags_of(name) for name in [run] if store.has_run(name)}
         found, listed = {}, None
-        for name in db.runs():
-            if db.has_read(name):
+        for name in store.runs():
+            if store.has_read(name):
                 found[name] = tags_of(name)
                 continue
             if listed is None:

@@ -9,7 +9,7 @@ from tensorboard.errors import InvalidArgumentError
 
 from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.plugin.casts import cast_counts
-from tandv_tb.plugin.columns import LayerSeries, Needs
+from tandv_tb.store.series import Needs, StepColumns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +82,9 @@ def needs(chosen: Metric, format_name: str | None) -> Needs:
     return Needs(("numel", "dtype_code"), format_name, bins=True)
 
 
-def values(series: LayerSeries, chosen: Metric, format_name: str | None) -> tuple[np.ndarray, bool]:
+def values(series: StepColumns, chosen: Metric, format_name: str | None) -> tuple[np.ndarray, bool]:
     """``(float64 values, exact)`` of a metric at every step of ``series``: [S] for one
-    layer, [layers, S] for a grid (``NumericsStore.grid``)."""
+    layer (``LayerSeries``), [layers, S] for a ``LayerGrid``."""
     name = chosen.metric
     if name in STATISTICS:
         return series.statistic(name), True
@@ -109,11 +109,11 @@ def values(series: LayerSeries, chosen: Metric, format_name: str | None) -> tupl
     return _fraction(counts, numel), casts.exact
 
 
-def _infs(series: LayerSeries) -> np.ndarray:
+def _infs(series: StepColumns) -> np.ndarray:
     return series.count("posinf_count") + series.count("neginf_count")
 
 
-def _nonfinite(series: LayerSeries) -> np.ndarray:
+def _nonfinite(series: StepColumns) -> np.ndarray:
     return (_infs(series) + series.count("nan_count")).astype(np.float64)
 
 

@@ -1,8 +1,15 @@
-"""The ``tandv`` TensorBoard plugin: the Numerics tab's routes over the plugin's own store."""
+"""The ``tandv`` TensorBoard plugin: the Numerics tab's routes over the plugin's own store.
+
+A request reads what is new in the event files of the runs it reads once, first
+(``NumericsStore.refresh``); everything after reads the store as of then. Run routes are
+built on one worker thread (``worker``) and kept while their runs are unchanged
+(``response_cache``).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 from tensorboard import context as tb_context
@@ -14,7 +21,9 @@ from werkzeug import wrappers
 
 from tandv_tb.disk import metadata
 from tandv_tb.plugin import csv_views, findings_route, views
+from tandv_tb.plugin.listing import Listing, provider_tags, store_tags
 from tandv_tb.plugin.params import Params
+from tandv_tb.plugin.response_cache import ResponseCache
 from tandv_tb.plugin.responses import (
     JSON_TYPE,
     csv_response,
@@ -23,8 +32,10 @@ from tandv_tb.plugin.responses import (
     public_details,
     uncompressed_json_response,
 )
+from tandv_tb.plugin.scalars import Scalars
 from tandv_tb.plugin.static_files import static_file
-from tandv_tb.plugin.store import NumericsStore
+from tandv_tb.plugin.worker import ResponseWorker
+from tandv_tb.store import NumericsStore
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +75,21 @@ class NumericsPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext):
         cache_dir = getattr(context.flags, "tandv_cache_dir", None) if context.flags else None
+        self._provider = context.data_provider
+        logdir = context.logdir
         self._store = (
-            NumericsStore(context.data_provider, context.logdir, cache_dir)
-            if context.data_provider
+            NumericsStore(logdir, cache_dir)
+            if self._provider and logdir and os.path.isdir(logdir)
             else None
         )
+        self._listing = Listing(
+            store_tags(self._store, self._provider)
+            if self._store is not None
+            else provider_tags(self._provider)
+        )
+        self._scalars = Scalars(self._store, self._provider)
+        self._responses = ResponseCache()
+        self._worker = ResponseWorker()
         if self._store is not None:
             self._store.build_in_background()
 
@@ -84,10 +105,14 @@ class NumericsPlugin(base_plugin.TBPlugin):
 
     def is_active(self) -> bool:
         """Whether any run holds numerics (TensorBoard asks only when its own plugin listing
-        did not already show ``tandv`` data)."""
-        if self._store is None:
+        did not already show ``tandv`` data), without reading event files where it can:
+        the store already holds tags (a restart), or TensorBoard lists numerics tags."""
+        if self._provider is None:
             return False
-        return self._store.is_active(tb_context.RequestContext(), "")
+        if self._store is not None and self._store.has_numerics():
+            return True
+        listing = provider_tags(self._provider)(tb_context.RequestContext(), "", None)
+        return any(listing.values())
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path=ES_MODULE_PATH, tab_name="Numerics")
@@ -109,39 +134,27 @@ class NumericsPlugin(base_plugin.TBPlugin):
         return app
 
     def _answer(self, request: wrappers.Request, route: str):
-        if self._store is None:
+        if self._provider is None:
             raise tb_errors.NotFoundError("TensorBoard runs without a data provider")
         json_route, to_csv = CSV_ROUTES.get(route, (route, None))
         params = Params(request.args)
         query = views.Query(
+            self._listing,
             self._store,
+            self._scalars,
             plugin_util.context(request.environ),
             plugin_util.experiment_id(request.environ),
             params,
         )
-        if json_route in RUN_ROUTES:
-            index = self._store.run(query.ctx, query.experiment_id, params.text("run"))
-            # A difference heatmap (``minus_run``) changes when either run does.
-            runs = [index.run, params.text("minus_run", required=False)]
-            fingerprint = tuple(
-                (self._store.version(i.run), len(i.entries), i.skipped)
-                for i in (self._store.run(query.ctx, query.experiment_id, r) for r in runs if r)
-            )
+        runs = self._runs_read(json_route, params)
+        if self._store is not None:
+            for run in runs:  # once, before anything of theirs is listed or read
+                self._store.refresh(run)
+        if json_route == FINDINGS_ROUTE:
+            body = self._findings(query, runs)
+        elif json_route in RUN_ROUTES:
             key = (query.experiment_id, route, tuple(sorted(request.args.items(multi=True))))
-
-            def build() -> str:
-                payload = RUN_ROUTES[json_route](query, index)
-                return to_csv(payload) if to_csv else dumps(payload)
-
-            store = self._store
-            body = store.on_worker(lambda: store.cached_result(key, fingerprint, build))
-        elif json_route == FINDINGS_ROUTE:
-            runs = findings_route.runs_of(query)
-            fingerprint = tuple(self._store.version(run) for run in runs)
-            key = (query.experiment_id, route, tuple(runs))
-            body = self._store.cached_result(
-                key, fingerprint, lambda: dumps(findings_route.findings(query, runs))
-            )
+            body = self._run_route(query, json_route, to_csv, runs, key)
         else:
             payload = PLAIN_ROUTES[json_route](query)
             body = to_csv(payload) if to_csv else dumps(payload)
@@ -150,6 +163,50 @@ class NumericsPlugin(base_plugin.TBPlugin):
         if to_csv is None:
             return http_util.Respond(request, body, JSON_TYPE)
         return csv_response(request, body, route.replace(".csv", "") + ".csv")
+
+    def _runs_read(self, json_route: str, params: Params) -> list[str]:
+        """The runs a request reads, as named (a name that is no run reads nothing): what
+        is new in their files is read once per request."""
+        if json_route == FINDINGS_ROUTE:
+            return findings_route.runs_of(params)
+        if json_route in RUN_ROUTES:
+            other = params.text("minus_run", required=False)
+            return [params.text("run"), *([] if other is None else [other])]
+        if json_route == "scalars":
+            return [params.text("run")]
+        if json_route == "runs" and self._store is not None:  # those listed from the store
+            return [run for run in self._store.runs() if self._store.has_read(run)]
+        return []
+
+    def _findings(self, query: views.Query, runs: list[str]) -> str:
+        """The findings of ``runs``, kept while none of them changes."""
+        findings_route.check_runs(query, runs)
+        store = query.numerics()
+        fingerprint = tuple(store.version(run) for run in runs)
+        key = (query.experiment_id, FINDINGS_ROUTE, tuple(runs))
+        return self._responses.get(
+            key, fingerprint, lambda: dumps(findings_route.findings(query, runs))
+        )
+
+    def _run_route(
+        self,
+        query: views.Query,
+        json_route: str,
+        to_csv: Callable[[dict], str] | None,
+        runs: list[str],
+        key: tuple,
+    ) -> str:
+        """A run route's body (``runs``: the run, and the ``minus_run`` of a difference),
+        built on the worker thread and kept while its runs are unchanged."""
+        indexes = [query.run(run) for run in runs]
+        store = query.numerics()
+        fingerprint = tuple((store.version(i.run), len(i.entries), i.skipped) for i in indexes)
+
+        def build() -> str:
+            payload = RUN_ROUTES[json_route](query, indexes[0])
+            return to_csv(payload) if to_csv else dumps(payload)
+
+        return self._worker.run(lambda: self._responses.get(key, fingerprint, build))
 
     def _static(self, request: wrappers.Request, route: str):
         relative = request.path.split("/static/", 1)[1] if "/static/" in request.path else ""

@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from tensorboard.errors import InvalidArgumentError
+from tensorboard.errors import InvalidArgumentError, NotFoundError
 
 from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata
 from tandv_tb.disk.record import COUNTS
 from tandv_tb.plugin import difference, metrics
 from tandv_tb.plugin.casts import cast_counts
-from tandv_tb.plugin.columns import LayerSeries, Needs, record_series
 from tandv_tb.plugin.downsample import (
     REDUCTIONS,
     Columns,
@@ -21,10 +20,12 @@ from tandv_tb.plugin.downsample import (
     union_steps,
     window,
 )
-from tandv_tb.plugin.listing import RunIndex, TagEntry
+from tandv_tb.plugin.listing import Listing, RunIndex, TagEntry
 from tandv_tb.plugin.params import MAX_STEP, Params
 from tandv_tb.plugin.responses import Encoded, Matrix, Numbers
-from tandv_tb.plugin.store import NumericsStore
+from tandv_tb.plugin.scalars import Scalars
+from tandv_tb.store import NumericsStore
+from tandv_tb.store.series import LayerSeries, Needs
 
 MAX_COLUMNS = 10_000
 MAX_POINTS = 100_000
@@ -32,15 +33,34 @@ MAX_POINTS = 100_000
 
 @dataclasses.dataclass
 class Query:
-    """One request: the store, TensorBoard's request context and the parameters."""
+    """One request: what it reads (the listing of runs and tags, the store, TensorBoard's
+    scalars), TensorBoard's request context and the parameters."""
 
-    store: NumericsStore
+    listing: Listing
+    store: NumericsStore | None  # None without a local logdir
+    scalars: Scalars
     ctx: object
     experiment_id: str
     params: Params
 
+    def runs(self) -> dict[str, RunIndex]:
+        return self.listing.runs(self.ctx, self.experiment_id)
+
+    def run(self, name: str) -> RunIndex:
+        """The numerics tags of one run; 404 for a run without numerics."""
+        return self.listing.run(self.ctx, self.experiment_id, name)
+
+    def numerics(self) -> NumericsStore:
+        """The store of every recorded step; 404 without a local logdir."""
+        if self.store is None:
+            raise NotFoundError(
+                "the Numerics tab reads the event files under a local --logdir; start "
+                "tensorboard with --logdir=<a local folder>"
+            )
+        return self.store
+
     def series(self, index: RunIndex, entries: list[TagEntry], needs: Needs) -> list[LayerSeries]:
-        return self.store.series(index.run, entries, needs)
+        return self.numerics().series(index.run, [e.tag for e in entries], needs)
 
 
 # -- shared parameter handling -----------------------------------------------------------
@@ -101,7 +121,7 @@ def _layer_json(entry: TagEntry, dtype: str | None) -> dict:
 
 # -- metadata routes ---------------------------------------------------------------------
 def runs(query: Query) -> dict:
-    indexes = query.store.runs(query.ctx, query.experiment_id)
+    indexes = query.runs()
     listed, skipped = [], []
     for run, index in indexes.items():
         skipped += [{"run": run, "tag": tag, "reason": why} for tag, why in index.skipped]
@@ -118,7 +138,7 @@ def runs(query: Query) -> dict:
                 "max_step": max(e.max_step for e in entries),
             }
         )
-    scalar_runs = query.store.scalar_runs(query.ctx, query.experiment_id)
+    scalar_runs = query.scalars.runs(query.ctx, query.experiment_id)
     return {
         "runs": listed,
         "scalar_runs": scalar_runs,
@@ -184,8 +204,11 @@ def histogram(query: Query, index: RunIndex) -> dict:
     asked = _formats(params)
     listed = []
     for entry in entries:
-        held_step, record = query.store.record(index.run, entry, step)
-        one = record_series(entry.info, held_step, record)
+        found = query.numerics().record(index.run, entry.tag, step)
+        if found is None:
+            raise NotFoundError(f"layer {entry.info.name!r} has no readable steps")
+        held_step, record = found
+        one = LayerSeries.of_record(entry.info, held_step, record)
         shown = asked or list(
             dict.fromkeys([record.dtype, *entry.info.formats, *fmt.DEFAULT_OVERLAYS])
         )
@@ -234,7 +257,8 @@ def heatmap(query: Query, index: RunIndex) -> dict:
     entries = _selected_layers(index, tensor_type, params)
     other = difference.minus_index(query, index, tensor_type)
     needs = metrics.needs(chosen, format_name)
-    grid = query.store.grid(index.run, entries, needs) if other is None else None
+    tags = [e.tag for e in entries]
+    grid = query.numerics().grid(index.run, tags, needs) if other is None else None
     if grid is not None:  # every layer at the same steps: one matrix
         matrix, is_exact = metrics.values(grid, chosen, format_name)
         shown = window(grid.steps, low, high)
@@ -242,8 +266,7 @@ def heatmap(query: Query, index: RunIndex) -> dict:
         values = reduce_matrix(columns, matrix[:, shown], how)
         present = np.ones(values.shape, dtype=bool)
         exact = [is_exact] * len(entries)
-        codes = grid.dtype_codes[:, -1].tolist()
-        dtypes = [metadata.DTYPE_CODES[code] for code in codes]
+        dtypes = grid.last_dtypes()
     else:
         all_series = query.series(index, entries, needs)
         rows, exact = [], []
@@ -329,19 +352,20 @@ def series(query: Query, index: RunIndex) -> dict:
 
 
 def scalars(query: Query) -> dict:
-    """The run's TensorBoard scalars; 404 when the run has neither scalars nor numerics."""
+    """The run's TensorBoard scalars, every stored step; 404 when the run has neither
+    scalars nor numerics."""
     run = query.params.text("run")
     tags = query.params.texts("tag")
-    data = query.store.scalars(query.ctx, query.experiment_id, run, tags or None)
+    data = query.scalars.read(query.ctx, query.experiment_id, run, tags or None)
     if not data and not tags:
-        query.store.run(query.ctx, query.experiment_id, run)  # 404 unless it holds numerics
+        query.run(run)  # 404 unless it holds numerics
     listed = [
         {
             "tag": tag,
-            "steps": Numbers(np.array([d.step for d in points], dtype=np.int64)),
-            "wall_times": Numbers(np.array([d.wall_time for d in points], dtype=np.float64)),
-            "values": Numbers(np.array([d.value for d in points], dtype=np.float64)),
+            "steps": Numbers(series.steps),
+            "wall_times": Numbers(series.wall_times),
+            "values": Numbers(series.values),
         }
-        for tag, points in data.items()
+        for tag, series in data.items()
     ]
     return {"run": run, "scalars": listed}

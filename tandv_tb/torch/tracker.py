@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tandv_tb import stats
-from tandv_tb.disk.nonfinite import entries_from_stats
+from tandv_tb.disk.nonfinite_record import entries_from_stats
 from tandv_tb.orders import Orders
 from tandv_tb.step_buffer import merged
 from tandv_tb.torch import graph_op, naming

@@ -23,7 +23,7 @@ lies, without a host sync per tensor:
   there until ``step()``, which reads all of them in one transfer per device.
 
 On a tracked step the counts come from the step's statistics, at no extra cost
-(``tandv_tb.disk.nonfinite.entries_from_stats``). In a combined distributed run the ranks
+(``tandv_tb.disk.nonfinite_record.entries_from_stats``). In a combined distributed run the ranks
 agree on every step (one one-value ``all_reduce``); only at a step where some rank found
 NaN/Inf are the entries exchanged.
 """
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tandv_tb.disk.nonfinite import NonfiniteEntry, merge
+from tandv_tb.disk.nonfinite_record import NonfiniteEntry, merge
 from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
 from tandv_tb.torch.memo import TensorMemo
 from tandv_tb.torch.recorder import DTensor

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tandv_tb.numerics_db import NumericsDB
+from tandv_tb.store import NumericsStore
 from tests.helpers.store_runs import stored_steps, write_run
 
 HOLD = """
 import sys, time
-from tandv_tb.numerics_db import NumericsDB
-db = NumericsDB(sys.argv[1], sys.argv[2])
+from tandv_tb.store import NumericsStore
+db = NumericsStore(sys.argv[1], sys.argv[2])
 db.refresh("r")
 print("holding", flush=True)
 sys.stdin.read()
@@ -44,11 +44,11 @@ def held(tmp_path):
 
 def test_a_held_store_is_copied_not_rebuilt(held, caplog):
     with caplog.at_level(logging.WARNING):
-        db = NumericsDB(str(held / "logs"), held / "xdg" / "tandv_tb", refresh_secs=0)
+        db = NumericsStore(str(held / "logs"), held / "xdg" / "tandv_tb", refresh_secs=0)
     assert any("temporary copy" in r.message for r in caplog.records)
     assert not db.path.is_relative_to(held / "xdg")
     # the copy holds the holder's records before it reads anything itself
-    stored = db._cursor().execute("SELECT count(*), max(step) FROM records").fetchone()
+    stored = db._database.cursor().execute("SELECT count(*), max(step) FROM records").fetchone()
     assert stored == (24, 11)
     assert stored_steps(db, "r") == list(range(12))
     copy = db.path.parent

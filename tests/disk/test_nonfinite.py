@@ -13,14 +13,14 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 import tandv_tb
 from tandv_tb.disk import metadata
 from tandv_tb.disk.event_file import EventFile
-from tandv_tb.disk.nonfinite import (
+from tandv_tb.disk.nonfinite import read_nonfinite
+from tandv_tb.disk.nonfinite_record import (
     NONFINITE_TAG,
     NonfiniteEntry,
     NonfiniteStep,
     decode_nonfinite,
     encode_nonfinite,
     merge,
-    read_nonfinite,
 )
 from tandv_tb.frame import DataWarning
 

@@ -15,7 +15,7 @@ from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record_columns import decode_rows, decode_tensor, to_record
 from tandv_tb.disk.summary import encode_record, encode_varints
 from tandv_tb.plugin.casts import cast_counts
-from tandv_tb.plugin.columns import Bins, LayerSeries
+from tandv_tb.store.series import Bins, LayerSeries
 from tests.helpers.plugin import make_record, stored
 
 INFO = TagInfo("layers.0", "Activation", "Linear", 0, ("float8_e4m3fn", "bfloat16"))
@@ -51,7 +51,7 @@ def _series(info: TagInfo, vectors: list) -> LayerSeries:
         columns[f"underflow:{name}"] = rows.casts[2 * k :: 2 * len(info.formats)]
         columns[f"overflow:{name}"] = rows.casts[2 * k + 1 :: 2 * len(info.formats)]
     bins = Bins(rows.bins_lo, rows.bin_starts, rows.bins)
-    return LayerSeries(info, np.arange(len(rows)), columns, bins)
+    return LayerSeries(info.name, info.formats, np.arange(len(rows)), columns, bins)
 
 
 def test_every_row_equals_decode_tensor():

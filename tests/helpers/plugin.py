@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import dataclasses
 import importlib.metadata
@@ -25,12 +26,19 @@ from tensorboard import program
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_ingester
 from tensorboard.data import server_ingester
+from tensorboard.plugins import base_plugin
 from torch.utils.tensorboard import SummaryWriter
+from werkzeug.datastructures import MultiDict
 from werkzeug.test import Client
 
 from tandv_tb import formats as fmt
 from tandv_tb.disk.record import STATISTICS, NumericsRecord
-from tandv_tb.plugin import NumericsLoader
+from tandv_tb.plugin import NumericsLoader, views
+from tandv_tb.plugin.listing import Listing, store_tags
+from tandv_tb.plugin.params import Params
+from tandv_tb.plugin.plugin import NumericsPlugin
+from tandv_tb.plugin.scalars import Scalars
+from tandv_tb.store import NumericsStore
 from tandv_tb.writer import NumericsWriter
 
 PREFIX = "/data/plugin/tandv/"
@@ -235,6 +243,40 @@ class TensorBoardApp:
             stdin.close()  # the data server was started with --die-after-stdin
 
 
+class PluginRoutes:
+    """``NumericsPlugin`` as TensorBoard makes it, over a given data provider, its routes
+    called in this process."""
+
+    def __init__(self, provider, logdir: Path, cache_dir: Path):
+        flags = argparse.Namespace(tandv_cache_dir=str(cache_dir))
+        context = base_plugin.TBContext(data_provider=provider, logdir=str(logdir), flags=flags)
+        self.plugin = NumericsPlugin(context)
+        self._apps = self.plugin.get_plugin_apps()
+
+    def json(self, route: str, **params):
+        response = Client(self._apps[f"/{route}"]).get(f"/{route}", query_string=params)
+        assert response.status_code == 200, (route, params, response.get_data(as_text=True))
+        return response.get_json()
+
+    def close(self) -> None:
+        self.plugin._worker.close()
+        self.plugin._store.close()
+
+
+def store_query(store: NumericsStore, provider, **params) -> views.Query:
+    """A request's ``Query`` over the store (tags listed from it), with ``params``."""
+    listing = Listing(store_tags(store, provider))
+    text = {name: str(value) for name, value in params.items()}
+    return views.Query(
+        listing,
+        store,
+        Scalars(store, provider),
+        tb_context.RequestContext(),
+        "",
+        Params(MultiDict(text)),
+    )
+
+
 def _tensorboard_command() -> list[str]:
     found = [
         ep
@@ -330,3 +372,24 @@ class TensorBoardProcess:
             self.process.kill()
             self.process.wait()
         self.log.close()
+
+
+class TensorBoardSpecProcess(TensorBoardProcess):
+    """A ``tensorboard`` given ``--logdir_spec`` (which excludes ``--logdir``): no local
+    logdir for the plugin."""
+
+    def __init__(self, spec: str, folder: Path):
+        self.port = _free_port()
+        self.log = open(folder / f"tb_spec_{self.port}.log", "w+")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [
+                *_tensorboard_command(),
+                f"--logdir_spec={spec}",
+                "--host=127.0.0.1",
+                f"--port={self.port}",
+                "--reload_interval=1",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tandv_tb.numerics_db import NumericsDB
+from tandv_tb.store import NumericsStore
 from tandv_tb.writer import NumericsWriter, RecordItem
 from tests.helpers.plugin import make_record
 
@@ -26,7 +26,7 @@ def write_run(run_dir: Path, steps: range, layers: int = 2, nan_at: int | None =
             writer.add_records(step, [item._replace(order=i) for i, item in enumerate(items)])
 
 
-def stored_steps(db: NumericsDB, run: str, tag: str = "tandv/Activation/layers.0") -> list[int]:
+def stored_steps(db: NumericsStore, run: str, tag: str = "tandv/Activation/layers.0") -> list[int]:
     """The steps the store holds for ``tag`` of ``run``, after reading new files."""
     db.refresh(run)
     tag_id = db.tags(run)[tag][0]

@@ -37,7 +37,7 @@ def read_records(logdir: str) -> dict[tuple[str, str, int], Stored]:
                 content = meta.plugin_data.content
                 if meta.plugin_data.plugin_name == metadata.PLUGIN_NAME:
                     if metadata.plugin_kind(content) != metadata.NUMERICS_KIND:
-                        continue  # the non-finite watch's record (tandv_tb.disk.nonfinite)
+                        continue  # the non-finite watch's record (tandv_tb.disk.nonfinite_record)
                     infos[value.tag] = metadata.parse_plugin_metadata(content)
                 info = infos.get(value.tag)
                 if info is None:

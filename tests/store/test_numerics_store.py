@@ -1,4 +1,4 @@
-"""The plugin's own store (``numerics_db``): every recorded step through a real
+"""The plugin's own store (``tandv_tb.store``): every recorded step through a real
 ``tensorboard``, incremental reading, reuse after a restart, and each fault it must survive
 (damaged files, deleted runs, an unwritable or damaged cache, a cache of another version,
 two servers on one logdir)."""
@@ -15,7 +15,8 @@ import duckdb
 import numpy as np
 import pytest
 
-from tandv_tb.numerics_db import NumericsDB, store_path
+from tandv_tb.store import NumericsStore
+from tandv_tb.store.database import database_path
 from tandv_tb.writer import NumericsWriter, RecordItem
 from tests.helpers.plugin import TensorBoardProcess, heatmap_values, make_record
 from tests.helpers.store_runs import ROUTES, stored_steps, write_run
@@ -73,7 +74,7 @@ def test_a_growing_run_is_read_as_it_grows(tmp_path):
 def test_a_record_still_being_written_is_read_once_whole(tmp_path, caplog):
     run = tmp_path / "logs" / "r"
     write_run(run, range(3))
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     assert stored_steps(db, "r") == [0, 1, 2]
     write_run(tmp_path / "other", range(4))  # its last record: step 3, as a writer appends it
     other = _event_file(tmp_path / "other").read_bytes()
@@ -91,13 +92,13 @@ def test_a_record_still_being_written_is_read_once_whole(tmp_path, caplog):
 def test_a_restart_reuses_the_store_and_a_replaced_file_is_read_again(tmp_path):
     run = tmp_path / "logs" / "r"
     write_run(run, range(50))
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     assert stored_steps(db, "r") == list(range(50))
     db.close()
     path = _event_file(run)
     data = path.read_bytes()
     path.write_bytes(data[:64] + bytes(len(data) - 64))  # same size and head: not re-read
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     assert stored_steps(db, "r") == list(range(50))
     path.unlink()
     write_run(run, range(100, 103))  # replaced: another file, other steps
@@ -118,7 +119,7 @@ def test_damaged_bytes_lose_only_their_records(tmp_path, caplog):
     start = offsets[5] + 20  # inside the data of the event of step 4
     data[start : start + 4] = b"\xff\xff\xff\xff"
     path.write_bytes(bytes(data))
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     with caplog.at_level(logging.WARNING):
         assert stored_steps(db, "r") == [0, 1, 2, 3, 5, 6, 7, 8, 9]
     assert any("damaged" in r.message and "after step 3" in r.message for r in caplog.records)
@@ -165,7 +166,7 @@ def test_an_unwritable_cache_folder_gives_way_to_a_temporary_one(tmp_path, caplo
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("a file where the cache folder should be")
     with caplog.at_level(logging.WARNING):
-        db = NumericsDB(str(tmp_path / "logs"), blocker, refresh_secs=0)
+        db = NumericsStore(str(tmp_path / "logs"), blocker, refresh_secs=0)
     assert any("temporary" in r.message for r in caplog.records)
     assert not db.path.is_relative_to(blocker)
     assert stored_steps(db, "r") == [0, 1, 2, 3]
@@ -174,10 +175,10 @@ def test_an_unwritable_cache_folder_gives_way_to_a_temporary_one(tmp_path, caplo
 @pytest.mark.parametrize("damage", ["garbage", "other_version"])
 def test_a_damaged_or_foreign_store_is_rebuilt(tmp_path, caplog, damage):
     write_run(tmp_path / "logs" / "r", range(6))
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     assert stored_steps(db, "r") == list(range(6))
     db.close()
-    path = store_path(str(tmp_path / "logs"), tmp_path / "c")
+    path = database_path(str(tmp_path / "logs"), tmp_path / "c")
     if damage == "garbage":
         data = bytearray(path.read_bytes())
         data[: 1 << 14] = os.urandom(1 << 14)  # as a killed process might leave it
@@ -187,7 +188,7 @@ def test_a_damaged_or_foreign_store_is_rebuilt(tmp_path, caplog, damage):
             connection.execute("UPDATE meta SET value = '0' WHERE key = 'schema'")
             connection.execute("DELETE FROM records WHERE step > 2")  # what it would misread
     with caplog.at_level(logging.WARNING):
-        db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+        db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     assert any("rebuilt" in r.message for r in caplog.records)
     assert db.path == path and stored_steps(db, "r") == list(range(6))
 
@@ -214,8 +215,8 @@ def test_two_servers_on_one_logdir_and_one_cache(tmp_path):
 
 def test_two_logdirs_that_share_a_run_keep_their_own_stores(tmp_path):
     write_run(tmp_path / "outer" / "inner" / "r", range(7))
-    outer = NumericsDB(str(tmp_path / "outer"), tmp_path / "c", refresh_secs=0)
-    inner = NumericsDB(str(tmp_path / "outer" / "inner"), tmp_path / "c", refresh_secs=0)
+    outer = NumericsStore(str(tmp_path / "outer"), tmp_path / "c", refresh_secs=0)
+    inner = NumericsStore(str(tmp_path / "outer" / "inner"), tmp_path / "c", refresh_secs=0)
     assert outer.path != inner.path
     assert stored_steps(outer, "inner/r") == stored_steps(inner, "r") == list(range(7))
 
@@ -243,7 +244,7 @@ def test_the_watch_records_and_scalars_are_stored(tmp_path):
     summary.add_scalar("loss", 7.0, 5)  # written twice: the later one stays
     writer.close()
     summary.close()
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     assert db.runs() == ["r"]
     db.refresh("r")
     (found,) = db.nonfinite("r")
@@ -263,7 +264,7 @@ def test_steps_out_of_order_and_a_step_written_again_keep_the_later_record(tmp_p
             record = make_record(rng, "float32")
             writer.add_record("x", record, step)
             written[step] = record.statistics["max_abs"]
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     db.refresh("r")
     tag_id = db.tags("r")["tandv/Activation/x"][0]
     rows = db.rows("r", [tag_id], ("max_abs",))
@@ -288,3 +289,44 @@ def test_the_watch_record_is_no_layer_and_no_skipped_tag(tmp_path):
         assert body["runs"][0]["tensor_types"] == ["Activation"]
     finally:
         app.close()
+
+
+def _tensor_scalar(step: int, value: float, with_metadata: bool):
+    """An event of a tensor scalar as TensorFlow 2 writes one; its metadata (plugin
+    ``scalars``) only in the tag's first event, as TensorFlow 1's writer strips it after."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+
+    metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    )
+    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[value])
+    summary = summary_pb2.Summary.Value(tag="loss", tensor=tensor)
+    if with_metadata:
+        summary.metadata.CopyFrom(metadata)
+    return event_pb2.Event(step=step, wall_time=1e9 + step, summary={"value": [summary]})
+
+
+def test_a_tensor_scalar_is_kept_across_a_restart(tmp_path):
+    """The scalar tags seen are restored with the run's tags: the values after a restart,
+    without metadata, are still the same tag's."""
+    from tandv_tb.disk.event_file import EventFile
+
+    events = EventFile(str(tmp_path / "logs" / "r"))
+    for step in range(4):
+        events.write(_tensor_scalar(step, 0.5 * step, with_metadata=step == 0))
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db.refresh("r")
+    assert db.scalars("r")["loss"][0].tolist() == [0, 1, 2, 3]
+    db.close()
+    for step in range(4, 7):
+        events.write(_tensor_scalar(step, 0.5 * step, with_metadata=False))
+    again = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    try:
+        again.refresh("r")
+        steps, values = again.scalars("r")["loss"]
+        assert steps.tolist() == list(range(7))
+        assert values.tolist() == [0.5 * step for step in range(7)]
+        series = again.scalar_series("r", ["loss"])["loss"]
+        assert series.wall_times.tolist() == [1e9 + step for step in range(7)]
+    finally:
+        again.close()

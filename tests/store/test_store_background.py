@@ -1,4 +1,4 @@
-"""The store's background build (``NumericsDB.build_in_background``, started by the plugin
+"""The store's background build (``NumericsStore.build_in_background``, started by the plugin
 at TensorBoard's start): every run is read without a request; an update paused between
 transactions goes on from where it stopped, with the same rows as one read to the end; a
 request for a run is served while another run is being built; closing stops the build."""
@@ -11,9 +11,10 @@ import pytest
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
 
-from tandv_tb import numerics_ingest
-from tandv_tb.numerics_db import NumericsDB
 from tandv_tb.plugin.plugin import NumericsPlugin
+from tandv_tb.store import NumericsStore, ingest
+from tandv_tb.store.logdir import Logdir
+from tandv_tb.store.run_ids import RunIds
 from tests.helpers.store_runs import stored_steps, write_run
 
 
@@ -40,36 +41,38 @@ def test_the_plugin_builds_every_run_at_start_without_a_request(tmp_path):
         flags=None,
     )
     plugin = NumericsPlugin(context)  # what TensorBoard does at its start
-    db = plugin._store.numerics_db()
+    db = plugin._store
     try:
         _wait(lambda: db.has_read("a") and db.has_read("deep/b"), "both runs to be read")
         assert stored_steps(db, "a", "tandv/Activation/layers.2") == list(range(40))
         assert stored_steps(db, "deep/b") == list(range(25))
     finally:
         plugin._store.close()
-    assert not db._builder.is_alive()
+    assert not db._updates._builder.is_alive()
 
 
 def test_a_paused_update_goes_on_where_it_stopped(tmp_path, monkeypatch):
     run_dir = tmp_path / "logs" / "r"
     write_run(run_dir, range(0, 30))
     write_run(run_dir, range(30, 50))  # a second event file: two transactions at least
-    monkeypatch.setattr(numerics_ingest, "BATCH_RECORDS", 1)  # a transaction per chunk
-    paused = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
-    cursor = paused._cursor()
-    run_id = numerics_ingest.run_id_of(cursor, "r")
-    table = numerics_ingest.stored_tags(cursor, run_id)
+    monkeypatch.setattr(ingest, "BATCH_RECORDS", 1)  # a transaction per chunk
+    paused = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    cursor = paused._database.cursor()
+    run_id = RunIds(paused._database).add(cursor, "r")
+    table = ingest.stored_tags(cursor, run_id)
+    files = Logdir(str(tmp_path / "logs")).files("r")
+    assert files.directory == run_dir
     asked = []
-    changed, finished = numerics_ingest.update_run(
-        cursor, run_dir, run_id, table, pause=lambda: asked.append(1) or len(asked) > 1
+    changed, finished = ingest.update_run(
+        cursor, files, run_id, table, pause=lambda: asked.append(1) or len(asked) > 1
     )
     assert (changed, finished) == (True, False)
     partial = cursor.execute("SELECT count(*) FROM records").fetchone()[0]
     assert 0 < partial < 2 * 50
-    assert numerics_ingest.update_run(cursor, run_dir, run_id, table) == (True, True)
-    assert numerics_ingest.update_run(cursor, run_dir, run_id, table) == (False, True)
+    assert ingest.update_run(cursor, files, run_id, table) == (True, True)
+    assert ingest.update_run(cursor, files, run_id, table) == (False, True)
     assert stored_steps(paused, "r") == list(range(50))
-    whole = NumericsDB(str(tmp_path / "logs"), tmp_path / "c2", refresh_secs=0)
+    whole = NumericsStore(str(tmp_path / "logs"), tmp_path / "c2", refresh_secs=0)
     whole.refresh("r")
     for tag in ("tandv/Activation/layers.0", "tandv/Activation/layers.1"):
         got = paused.rows("r", [paused.tags("r")[tag][0]], ("mean", "max_abs", "zero_count"))
@@ -83,19 +86,19 @@ def test_a_paused_update_goes_on_where_it_stopped(tmp_path, monkeypatch):
 
 def test_a_request_is_served_while_another_run_is_built(tmp_path, monkeypatch):
     logdir = _logdir(tmp_path)
-    monkeypatch.setattr(numerics_ingest, "BATCH_RECORDS", 1)
-    db = NumericsDB(str(logdir), tmp_path / "c", refresh_secs=0)
-    real_update = numerics_ingest.update_run
+    monkeypatch.setattr(ingest, "BATCH_RECORDS", 1)
+    db = NumericsStore(str(logdir), tmp_path / "c", refresh_secs=0)
+    real_update = ingest.update_run
     started = []
 
-    def slow_update(cursor, run_dir, run_id, table, pause=None):
+    def slow_update(cursor, files, run_id, table, pause=None):
         """The background build of run "a" first waits for the request below."""
-        if pause is not None and run_dir.name == "a" and not started:
-            started.append(run_dir.name)
+        if pause is not None and files.directory.name == "a" and not started:
+            started.append(files.directory.name)
             _wait(pause, "the request to ask for the lock")
-        return real_update(cursor, run_dir, run_id, table, pause)
+        return real_update(cursor, files, run_id, table, pause)
 
-    monkeypatch.setattr("tandv_tb.numerics_db.update_run", slow_update)
+    monkeypatch.setattr("tandv_tb.store.updates.update_run", slow_update)
     try:
         db.build_in_background()
         _wait(lambda: started, "the background build to start on run a")
@@ -112,12 +115,12 @@ def test_closing_stops_a_build_and_a_later_one_goes_on(tmp_path, monkeypatch, ru
     logdir = _logdir(tmp_path) if runs == 2 else tmp_path / "logs"
     if runs == 1:
         write_run(logdir / "a", range(40), layers=3)
-    monkeypatch.setattr(numerics_ingest, "BATCH_RECORDS", 1)
-    db = NumericsDB(str(logdir), tmp_path / "c", refresh_secs=0)
+    monkeypatch.setattr(ingest, "BATCH_RECORDS", 1)
+    db = NumericsStore(str(logdir), tmp_path / "c", refresh_secs=0)
     db.build_in_background()
     db.close()  # at once: the build stops at its next transaction
-    assert not db._builder.is_alive()
-    again = NumericsDB(str(logdir), tmp_path / "c", refresh_secs=0)
+    assert not db._updates._builder.is_alive()
+    again = NumericsStore(str(logdir), tmp_path / "c", refresh_secs=0)
     again.build_in_background()
     try:
         _wait(lambda: again.has_read("a"), "run a to be read")

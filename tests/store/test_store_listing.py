@@ -6,21 +6,16 @@ once) give what the general paths give."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
-from tandv_tb.numerics_db import NumericsDB
-from tandv_tb.numerics_rows import HeldLayout
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows
-from tandv_tb.plugin.store import NumericsStore
-from tests.helpers.plugin import TensorBoardProcess, _free_port, _tensorboard_command
+from tandv_tb.store import NumericsStore
+from tests.helpers.plugin import PluginRoutes, TensorBoardProcess, TensorBoardSpecProcess
 from tests.helpers.store_runs import ROUTES, write_run
 
 
@@ -54,51 +49,35 @@ def _empty_provider(tmp_path) -> data_provider.MultiplexerDataProvider:
     return data_provider.MultiplexerDataProvider(multiplexer, str(tmp_path / "unread"))
 
 
-def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path):
+def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path, monkeypatch):
+    monkeypatch.setattr(NumericsStore, "build_in_background", lambda store: None)  # requests read
     write_run(tmp_path / "logs" / "r", range(9), layers=3)
     write_run(tmp_path / "logs" / "deep" / "s", range(4))
     ctx = tb_context.RequestContext()
-    logdir, cache = str(tmp_path / "logs"), str(tmp_path / "c")
-    first = NumericsStore(_empty_provider(tmp_path), logdir, cache)
-    assert first.runs(ctx, "") == {}  # never read: not built just to list it
-    assert not first.numerics_db().has_read("r")
+    logdir, cache = tmp_path / "logs", tmp_path / "c"
+    first = PluginRoutes(_empty_provider(tmp_path), logdir, cache)
+    assert first.json("runs")["runs"] == []  # never read: not built just to list it
+    assert not first.plugin._store.has_read("r")
     for run in ("r", "deep/s"):  # a data route reads a run
-        first.run(ctx, "", run).layers("Activation")
-    assert first.numerics_db().has_read("r")
+        first.json("layers", run=run, tensor_type="Activation")
+    assert first.plugin._store.has_read("r")
     first.close()
-    store = NumericsStore(_empty_provider(tmp_path), logdir, cache)  # a restart
-    assert store.is_active(ctx, "")  # the store holds tags: no event file read for that
-    indexes = store.runs(ctx, "")
-    assert list(indexes) == ["deep/s", "r"]
-    layers = indexes["r"].layers("Activation")
-    assert [e.info.name for e in layers] == ["layers.0", "layers.1", "layers.2"]
-    assert {e.max_step for e in layers} == {8}
-    store.close()
-
-
-class _SpecServer(TensorBoardProcess):
-    """A ``tensorboard`` given ``--logdir_spec`` (which excludes ``--logdir``)."""
-
-    def __init__(self, spec: str, folder: Path):
-        self.port = _free_port()
-        self.log = open(folder / f"tb_spec_{self.port}.log", "w+")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [
-                *_tensorboard_command(),
-                f"--logdir_spec={spec}",
-                "--host=127.0.0.1",
-                f"--port={self.port}",
-                "--reload_interval=1",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        )
+    again = PluginRoutes(_empty_provider(tmp_path), logdir, cache)  # a restart
+    try:
+        assert again.plugin.is_active()  # the store holds tags: no event file read for that
+        assert [run["run"] for run in again.json("runs")["runs"]] == ["deep/s", "r"]
+        indexes = again.plugin._listing.runs(ctx, "")  # as the runs route listed them
+        assert list(indexes) == ["deep/s", "r"]
+        layers = indexes["r"].layers("Activation")
+        assert [e.info.name for e in layers] == ["layers.0", "layers.1", "layers.2"]
+        assert {e.max_step for e in layers} == {8}
+    finally:
+        again.close()
 
 
 def test_a_logdir_spec_is_listed_through_tensorboard(tmp_path):
     write_run(tmp_path / "logs" / "r", range(4))
-    server = _SpecServer(f"x:{tmp_path / 'logs'}", tmp_path)
+    server = TensorBoardSpecProcess(f"x:{tmp_path / 'logs'}", tmp_path)
     try:
         server.wait(lambda: _listed(server) == ["x/r"], "run x/r to be listed")
         status, body, _ = server.get(ROUTES + "layers?run=x/r&tensor_type=Activation")
@@ -110,12 +89,12 @@ def test_a_logdir_spec_is_listed_through_tensorboard(tmp_path):
 def test_a_column_read_alone_in_a_known_order_is_the_full_read(tmp_path):
     write_run(tmp_path / "logs" / "r", range(0, 30, 3), layers=3)
     write_run(tmp_path / "logs" / "r", range(1, 30, 3), layers=3)  # a second file, interleaved
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     db.refresh("r")
     ids = sorted(tag_id for tag_id, info, _ in db.tags("r").values() if info is not None)
     first = db.rows("r", ids, ("mean",))
-    layout = HeldLayout.of(first)
-    alone = db.columns("r", ids, ("std", "max_abs"), layout)
+    layout, _ = db._reader.layout("r", ids, ("mean",))
+    alone = db._reader.columns("r", ids, ("std", "max_abs"), layout)
     full = db.rows("r", ids, ("std", "max_abs"))
     np.testing.assert_array_equal(first.steps, full.steps)
     np.testing.assert_array_equal(first.tag_ids, full.tag_ids)

@@ -9,20 +9,15 @@ import functools
 from pathlib import Path
 
 import numpy as np
-from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-from werkzeug.datastructures import MultiDict
 
-from tandv_tb import numerics_ingest
 from tandv_tb.disk.event_reader import read_chunk
-from tandv_tb.numerics_db import NumericsDB
-from tandv_tb.numerics_rows import HeldLayout
 from tandv_tb.plugin import metrics, views
-from tandv_tb.plugin.params import Params
 from tandv_tb.plugin.responses import dumps
-from tandv_tb.plugin.store import NumericsStore
+from tandv_tb.store import NumericsStore, ingest
+from tandv_tb.store.results import fetch
 from tandv_tb.writer import NumericsWriter, RecordItem
-from tests.helpers.plugin import make_record
+from tests.helpers.plugin import make_record, store_query
 
 FORMATS = ("float8_e4m3fn", "float8_e5m2")
 
@@ -43,27 +38,26 @@ def _write(run_dir: Path, steps: list[int], layers: int = 3, empty_at: int | Non
             writer.add_records(step, [item._replace(order=i) for i, item in enumerate(items)])
 
 
-def _casts_both_ways(db: NumericsDB, run: str, index: int):
+def _casts_both_ways(db: NumericsStore, run: str, index: int):
     db.refresh(run)
     ids = sorted(tag_id for tag_id, info, _ in db.tags(run).values() if info is not None)
     rows = db.rows(run, ids, ("numel",))
-    layout = HeldLayout.of(rows)
+    layout, _ = db._reader.layout(run, ids, ("numel",))
     general = db.casts(run, dict.fromkeys(ids, index))
-    fast = db.casts_in(run, dict.fromkeys(ids, index), layout)
+    fast = db._reader.casts_in(run, dict.fromkeys(ids, index), layout)
     return rows, layout, general, fast
 
 
 def test_casts_in_the_layout_order_equal_the_general_read(tmp_path, monkeypatch):
     # small chunks, several gathered in each transaction
-    monkeypatch.setattr(
-        numerics_ingest, "read_chunk", functools.partial(read_chunk, max_bytes=3000)
-    )
-    monkeypatch.setattr(numerics_ingest, "BATCH_RECORDS", 20)
+    small_chunks = functools.partial(read_chunk, max_bytes=3000)
+    monkeypatch.setattr("tandv_tb.store.logdir.read_chunk", small_chunks)
+    monkeypatch.setattr(ingest, "BATCH_RECORDS", 20)
     _write(tmp_path / "logs" / "run", list(range(40)))
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
     try:
         db.refresh("run")
-        (n_values,) = db._cursor().execute("SELECT n_values FROM files").fetchone()
+        (n_values,) = db._database.cursor().execute("SELECT n_values FROM files").fetchone()
         assert n_values == 40 * 3  # every record, read a few at a time
         for index in range(len(FORMATS)):
             rows, layout, general, fast = _casts_both_ways(db, "run", index)
@@ -80,10 +74,10 @@ def test_a_step_written_twice_takes_the_general_read(tmp_path):
     run = tmp_path / "logs" / "run"
     _write(run, list(range(10)))
     _write(run, [4, 5])  # a second file (a resumed run): steps 4 and 5 again
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
     try:
         rows, layout, general, fast = _casts_both_ways(db, "run", 1)
-        assert len(rows.order) < rows.n_read  # rows of the first file's 4 and 5 dropped
+        assert len(layout.order) < layout.n_read  # rows of the first file's 4 and 5 dropped
         assert rows.steps.tolist()[:10] == list(range(10))
         assert fast is None  # which of two rows at one step is whose: not from tags and steps
         assert np.array_equal(general.steps, rows.steps)
@@ -93,7 +87,7 @@ def test_a_step_written_twice_takes_the_general_read(tmp_path):
 
 def test_a_nan_statistic_stays_nan(tmp_path):
     _write(tmp_path / "logs" / "run", list(range(6)), empty_at=3)  # no values: NaN statistics
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
     try:
         db.refresh("run")
         tag_id = db.tags("run")["tandv/Activation/layers.1"][0]
@@ -115,7 +109,7 @@ def test_a_held_layout_arranges_a_column_as_the_full_read(tmp_path):
     _write(tmp_path / "logs" / "two", list(range(1, 30, 3)))
     _write(tmp_path / "logs" / "gap", list(range(30)))
     _write(tmp_path / "logs" / "gap", [30], layers=2)
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "cache", refresh_secs=0)
     try:
         for run, grid, gathered in (
             ("same", True, False),
@@ -125,16 +119,16 @@ def test_a_held_layout_arranges_a_column_as_the_full_read(tmp_path):
             db.refresh(run)
             ids = [db.tags(run)[f"tandv/Activation/layers.{i}"][0] for i in range(3)]
             rows = db.rows(run, ids, ("mean",))
-            layout = HeldLayout.of(rows)
+            layout, _ = db._reader.layout(run, ids, ("mean",))
             assert (layout.grid is not None, layout.order is not None) == (grid, gathered)
-            alone = db.columns(run, ids, ("mean", "numel"), layout)
+            alone = db._reader.columns(run, ids, ("mean", "numel"), layout)
             if not gathered:  # nothing written: a view of what DuckDB returned
                 assert not alone["mean"].flags.owndata
             full = db.rows(run, ids, ("mean", "numel"))
             for name in ("mean", "numel"):
                 assert np.array_equal(alone[name], layout.shape(full.columns[name]))
             for tag_id in ids:
-                start, end = rows.bounds(tag_id)
+                start, end = rows.index.bounds(tag_id)
                 assert layout.steps_of(tag_id).tolist() == rows.steps[start:end].tolist()
                 part = layout.part(alone["mean"], tag_id)
                 assert part.tobytes() == rows.columns["mean"][start:end].tobytes()
@@ -144,10 +138,12 @@ def test_a_held_layout_arranges_a_column_as_the_full_read(tmp_path):
         db.close()
 
 
-def _stored_tags_and_steps(db: NumericsDB, run: str, ids: list[int]):
-    table = db._numpy(
-        "SELECT tag_id, step FROM records WHERE run_id = ? AND list_contains(?, tag_id)",
-        [db._stored_run_id(run), ids],
+def _stored_tags_and_steps(db: NumericsStore, run: str, ids: list[int]):
+    table = fetch(
+        db._database.cursor(),
+        "SELECT tag_id, step FROM records WHERE list_contains(?, tag_id) "
+        "AND run_id = (SELECT run_id FROM runs WHERE run = ?)",
+        [ids, run],
     )
     return table["tag_id"], table["step"]
 
@@ -176,14 +172,13 @@ def test_a_grid_heatmap_equals_the_layer_by_layer_one(tmp_path, monkeypatch):
     provider = data_provider.MultiplexerDataProvider(
         plugin_event_multiplexer.EventMultiplexer(), str(logdir)
     )
-    store = NumericsStore(provider, str(logdir), str(tmp_path / "cache"))
-    ctx = tb_context.RequestContext()
-    index = store.run(ctx, "", "run")
+    store = NumericsStore(str(logdir), str(tmp_path / "cache"))
+    store.refresh("run")
+    index = store_query(store, provider).run("run")
 
     def heatmap(**args) -> str:
-        text = {name: str(value) for name, value in args.items()}
-        params = Params(MultiDict({"tensor_type": "Activation", **text}))
-        return dumps(views.heatmap(views.Query(store, ctx, "", params), index))
+        query = store_query(store, provider, tensor_type="Activation", **args)
+        return dumps(views.heatmap(query, index))
 
     asked = []
     for metric in metrics.METRICS:

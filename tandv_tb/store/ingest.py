@@ -1,4 +1,4 @@
-"""Bringing a run of the numerics store up to date with its event files.
+"""Bringing a run of the store up to date with its event files.
 
 Each file's new records and its new offset are committed in one transaction, so a killed
 server leaves a store that is whole up to some offset. Records are stored by (step, tag,
@@ -8,21 +8,19 @@ seq) within each chunk, and a record's stored vector is kept as its place in the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from tandv_tb.disk.chunk_values import Chunk
-from tandv_tb.disk.event_reader import read_chunk
 from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.disk.record_columns import DecodedRows, decode_rows, ragged_index
 from tandv_tb.disk.tag_table import TagTable
+from tandv_tb.store.logdir import RunFiles
+from tandv_tb.store.schema import FILE_ROWS
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +35,7 @@ BATCH_RECORDS = 1 << 17
 
 
 def update_run(
-    cursor, run_dir: Path, run_id: int, table: TagTable, pause: Callable[[], bool] | None = None
+    cursor, files: RunFiles, run_id: int, table: TagTable, pause: Callable[[], bool] | None = None
 ) -> tuple[bool, bool]:
     """Store what is new in the run's event files (new bytes, new files; a deleted file's
     records are dropped, a replaced or shrunk file is read again): whether anything
@@ -51,17 +49,16 @@ def update_run(
             [run_id],
         ).fetchall()
     }
-    present = event_files(run_dir)
+    present = files.sizes()
     changed = False
     for name in set(known) - set(present):  # deleted: its records are gone too
         _forget_file(cursor, known.pop(name)[0])
         changed = True
     for name, size in present.items():
-        path = str(run_dir / name)
-        head = _head(path)
+        head = files.head(name, _HEAD_BYTES)
         entry = known.get(name)
         if entry is not None and (size < entry[1] or head[: len(entry[3])] != entry[3]):
-            logger.info("tandv_tb: %s was replaced or shrank: read again", path)
+            logger.info("tandv_tb: %s was replaced or shrank: read again", files.path(name))
             _forget_file(cursor, entry[0])
             entry, changed = None, True
         if entry is None:
@@ -71,12 +68,12 @@ def update_run(
         while consumed < size:
             if not pending and pause is not None and pause():  # between transactions
                 return changed, False
-            chunk = read_chunk(path, consumed, table, final=False)
+            chunk = files.chunk(name, consumed, table)
             if chunk.end <= consumed:
                 break
             pending.append(_decode(run_id, file_id, n_values, chunk, table))
             consumed, n_values, changed = chunk.end, n_values + len(chunk), True
-            if sum(len(part.records["seq"]) for part in pending) >= BATCH_RECORDS:
+            if sum(len(part.rows["records"]["seq"]) for part in pending) >= BATCH_RECORDS:
                 _write(cursor, run_id, file_id, pending, table, (consumed, n_values, head))
                 pending = []
         if pending:
@@ -84,23 +81,16 @@ def update_run(
     return changed, True
 
 
-def run_id_of(cursor, run: str) -> int:
-    """The run's id in the store, given now if it has none."""
-    found = cursor.execute("SELECT run_id FROM runs WHERE run = ?", [run]).fetchone()
-    if found:
-        return found[0]
-    run_id = cursor.execute("SELECT coalesce(max(run_id) + 1, 0) FROM runs").fetchone()[0]
-    cursor.execute("INSERT INTO runs VALUES (?, ?)", [run_id, run])
-    return run_id
-
-
 def stored_tags(cursor, run_id: int) -> TagTable:
-    """The run's tags as stored (metadata is in a tag's first record only)."""
+    """The run's tags as stored (metadata is in a tag's first record only), and its scalar
+    tags (a tensor scalar's later values carry no metadata that says it is one)."""
     table = TagTable()
     for tag, content in cursor.execute(
         "SELECT tag, content FROM tags WHERE run_id = ? ORDER BY tag_id", [run_id]
     ).fetchall():
         table.add(tag, content)
+    scalars = cursor.execute("SELECT DISTINCT tag FROM scalars WHERE run_id = ?", [run_id])
+    table.scalar_tags.update(tag for (tag,) in scalars.fetchall())
     return table
 
 
@@ -112,19 +102,17 @@ def _new_file(cursor, run_id: int, name: str, head: bytes) -> int:
 
 def _forget_file(cursor, file_id: int) -> None:
     cursor.execute("BEGIN TRANSACTION")
-    for table in ("records", "casts", "nonfinite", "scalars", "files"):
+    for table in (*FILE_ROWS, "files"):
         cursor.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
     cursor.execute("COMMIT")
 
 
 @dataclasses.dataclass
 class _Decoded:
-    """One chunk's rows for the store's tables, and its malformed records by tag id."""
+    """One chunk's rows for each table of ``FILE_ROWS`` (None: none), and its malformed
+    records by tag id."""
 
-    records: Columns
-    casts: Columns | None
-    nonfinite: Columns | None
-    scalars: Columns | None
+    rows: dict[str, Columns | None]
     malformed: np.ndarray
 
 
@@ -137,10 +125,14 @@ def _decode(run_id: int, file_id: int, first_seq: int, chunk: Chunk, table: TagT
         chunk.tags[rows.kept], minlength=len(table)
     )
     records, casts = _record_rows(run_id, file_id, first_seq, chunk, rows)
-    nonfinite = _nonfinite_rows(run_id, file_id, chunk)
-    return _Decoded(
-        records, casts, nonfinite, _scalar_rows(run_id, file_id, first_seq, chunk), malformed
-    )
+    found = {
+        "records": records,
+        "casts": casts,
+        "nonfinite": _nonfinite_rows(run_id, file_id, chunk),
+        "scalars": _scalar_rows(run_id, file_id, first_seq, chunk),
+    }
+    assert set(found) == set(FILE_ROWS), "a table of rows from a file is not filled here"
+    return _Decoded(found, malformed)
 
 
 def _write(
@@ -174,8 +166,8 @@ def _write(
             "UPDATE tags SET malformed = malformed + ? WHERE run_id = ? AND tag_id = ?",
             [int(malformed[tag_id]), run_id, tag_id],
         )
-    for name in ("records", "casts", "nonfinite", "scalars"):
-        _insert(cursor, name, _concatenate([getattr(part, name) for part in parts]))
+    for name in FILE_ROWS:
+        _insert(cursor, name, _concatenate([part.rows[name] for part in parts]))
     cursor.execute(
         "UPDATE files SET consumed = ?, n_values = ?, head = ? WHERE file_id = ?",
         [*file_state, file_id],
@@ -195,11 +187,11 @@ def _insert(cursor, table: str, rows: Columns | None) -> None:
     store's tables.
 
     Numeric columns go in as Arrow arrays over the numpy buffers (no copy, NaN stays NaN;
-    0.2-0.45 s less CPU than scanning the numpy arrays for a run of 2.5 M records,
-    2026-11-23), a column of NULLs only is left to its default. A column of other objects
-    (tags, names, inline vectors) is scanned by DuckDB from numpy: building Arrow arrays
-    from Python objects imports pandas (a second of a first start), and numpy's scan reads
-    a float NaN as NULL, pandas' rule, so NULL is put back as NaN there."""
+    0.2-0.45 s less CPU than scanning the numpy arrays for a run of 2.5 M records), a
+    column of NULLs only is left to its default. A column of other objects (tags, names,
+    inline vectors) is scanned by DuckDB from numpy: building Arrow arrays from Python
+    objects imports pandas (a second of a first start), and numpy's scan reads a float NaN
+    as NULL, pandas' rule, so NULL is put back as NaN there."""
     if not rows or not len(next(iter(rows.values()))):
         return
     objects = {name for name, values in rows.items() if values.dtype == object}
@@ -276,26 +268,6 @@ def _objects(values) -> np.ndarray:
     return column
 
 
-def event_files(directory: Path) -> dict[str, int]:
-    """``{name: size}`` of the event files directly in ``directory`` (a run's own)."""
-    found = {}
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            if "tfevents" in entry.name:
-                with contextlib.suppress(OSError):
-                    if entry.is_file():
-                        found[entry.name] = entry.stat().st_size
-    return dict(sorted(found.items()))
-
-
-def _head(path: str) -> bytes:
-    try:
-        with open(path, "rb") as file:
-            return file.read(_HEAD_BYTES)
-    except OSError:
-        return b""
-
-
 def _record_rows(
     run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows
 ) -> tuple[Columns, Columns | None]:
@@ -303,7 +275,7 @@ def _record_rows(
     tag, seq): a run written step by step (as trackers write) is then stored step by step,
     each step with its tags in order, and a column of many tags read back is a [steps,
     tags] matrix whose transpose is their (tag, step) order, with nothing to sort or gather
-    (``numerics_rows.HeldLayout``)."""
+    (``layout.HeldLayout``)."""
     order = np.lexsort((rows.kept, chunk.tags[rows.kept], chunk.steps[rows.kept]))
     kept = rows.kept[order]
     n = len(kept)

@@ -1,0 +1,100 @@
+"""The store's tables: the one place their columns are written.
+
+- ``runs``, ``files``: each run and each of its event files, with how far the file was
+  read (``consumed`` bytes, ``n_values`` values) and its first bytes (``head``: a file
+  whose head changed was replaced).
+- ``tags``: each numerics tag's plugin metadata (from its first record) and how many of
+  its records could not be read.
+- ``records``: one row per numerics record, its counts and statistics as columns (what
+  heatmaps and lines read, a column at a time), and where its stored vector (varint
+  bytes, ``tandv_tb.disk.summary``) lies in its event file (``vector_offset``; -1: kept
+  inline in ``vector``, for a vector re-encoded from an old version).
+- ``casts``: the exact under/overflow of each recorded format, one row per record and
+  format; ``nonfinite``: the watch's entries; ``scalars``: TensorBoard's scalars (the
+  loss).
+"""
+
+from __future__ import annotations
+
+from tandv_tb.disk.record import COUNTS, STATISTICS
+
+#: Bump when the tables or their stored order change: a store of another version is
+#: rebuilt, never misread.
+SCHEMA_VERSION = 6
+
+#: Every table, with its columns in stored order.
+TABLES: dict[str, tuple[str, ...]] = {
+    "meta": ("key VARCHAR", "value VARCHAR"),
+    "runs": ("run_id INTEGER", "run VARCHAR"),
+    "files": (
+        "file_id INTEGER",
+        "run_id INTEGER",
+        "name VARCHAR",
+        "consumed BIGINT",
+        "n_values BIGINT",
+        "head BLOB",
+    ),
+    "tags": ("run_id INTEGER", "tag_id INTEGER", "tag VARCHAR", "content BLOB", "malformed BIGINT"),
+    "records": (
+        "run_id INTEGER",
+        "file_id INTEGER",
+        "seq BIGINT",
+        "tag_id INTEGER",
+        "step BIGINT",
+        "wall_time DOUBLE",
+        "dtype_code TINYINT",
+        *(f"{count} BIGINT" for count in COUNTS),
+        *(f"{statistic} DOUBLE" for statistic in STATISTICS),
+        "vector_offset BIGINT",
+        "vector_size BIGINT",
+        "vector BLOB",
+    ),
+    "nonfinite": (
+        "run_id INTEGER",
+        "file_id INTEGER",
+        "step BIGINT",
+        "position INTEGER",
+        "tensor_type VARCHAR",
+        "name VARCHAR",
+        "nan BIGINT",
+        "posinf BIGINT",
+        "neginf BIGINT",
+    ),
+    "scalars": (
+        "run_id INTEGER",
+        "file_id INTEGER",
+        "seq BIGINT",
+        "tag VARCHAR",
+        "step BIGINT",
+        "wall_time DOUBLE",
+        "value DOUBLE",
+    ),
+    "casts": (
+        "run_id INTEGER",
+        "file_id INTEGER",
+        "seq BIGINT",
+        "tag_id INTEGER",
+        "step BIGINT",
+        "format_index TINYINT",
+        "underflow BIGINT",
+        "overflow BIGINT",
+    ),
+}
+
+#: The tables of rows read from an event file (their ``file_id`` names it): one chunk's rows
+#: of each are written in one transaction, and a file's rows are dropped with it.
+FILE_ROWS = tuple(
+    name
+    for name, columns in TABLES.items()
+    if name != "files" and any(column.startswith("file_id ") for column in columns)
+)
+
+#: The scalar columns of ``records`` a read may ask for (``step`` and ``tag_id`` always come).
+RECORD_COLUMNS = ("dtype_code", *COUNTS, *STATISTICS, "wall_time")
+
+
+def create_tables(connection) -> None:
+    """Make every table in an empty database, and mark it with ``SCHEMA_VERSION``."""
+    for name, columns in TABLES.items():
+        connection.execute(f"CREATE TABLE {name} ({', '.join(columns)})")
+    connection.execute("INSERT INTO meta VALUES ('schema', ?)", [str(SCHEMA_VERSION)])

@@ -1,0 +1,294 @@
+"""The numerics store: every record of the runs under a logdir, for the plugin and the
+findings (``NumericsStore``).
+
+TensorBoard keeps a sample of a plugin's steps in memory; a numerics tool must keep every
+one (the step where a NaN appeared is the one a sample drops). The store reads the event
+files itself into an embedded DuckDB database outside the logdir (``database``), so a
+second start is fast and the server's memory is bounded by DuckDB's buffer limit, not by
+the logdir's size. DuckDB was chosen by measurement over Parquet files
+(``bench/RESULTS.md``): it appends, filters by run and tag and reads single columns
+without hand-written file management.
+
+Reading what is new in a run's files is ``refresh``, called once per request (by the
+plugin's request handler, by ``tandv_tb.findings``); every other method reads the store as
+of the run's last refresh, and its ``version`` keys what is cached of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from tandv_tb.disk.metadata import TagInfo
+from tandv_tb.disk.nonfinite_record import NonfiniteStep
+from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.disk.record_columns import decode_rows, decode_tensor
+from tandv_tb.store.database import Database
+from tandv_tb.store.held import HeldColumns
+from tandv_tb.store.layout import HeldLayout
+from tandv_tb.store.logdir import Logdir
+from tandv_tb.store.reader import Reader
+from tandv_tb.store.rows import Rows
+from tandv_tb.store.run_ids import RunIds
+from tandv_tb.store.series import Bins, LayerGrid, LayerSeries, Needs, ScalarSeries
+from tandv_tb.store.updates import Updates
+
+#: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
+REFRESH_SECS = 1.0
+#: ``{tag: (tag_id, its metadata or None where refused, malformed records)}``
+StoredTags = dict[str, tuple[int, TagInfo | None, int]]
+
+
+class NumericsStore:
+    """Every numerics record of the runs under ``logdir``, kept up to date from the files
+    (``cache_dir``: the folder of the database, ``database.database_path``)."""
+
+    def __init__(
+        self,
+        logdir: str,
+        cache_dir: str | os.PathLike | None = None,
+        *,
+        refresh_secs: float = REFRESH_SECS,
+    ):
+        self.logdir = logdir
+        self._database = Database(logdir, cache_dir)
+        self.path = self._database.path
+        self._logdir = Logdir(logdir)
+        run_ids = RunIds(self._database)
+        self._updates = Updates(self._database, run_ids, self._logdir, refresh_secs)
+        self._reader = Reader(self._database, run_ids, self._logdir)
+        self._held = HeldColumns(self._reader)
+
+    def close(self) -> None:
+        """Close the store (after a background build has stopped at its next transaction);
+        a temporary one is deleted."""
+        self._updates.close()
+        self._database.close()
+
+    def build_in_background(self) -> None:
+        """Start reading every run (``updates.Updates.build_in_background``)."""
+        self._updates.build_in_background()
+
+    # -- runs and keeping up with their files -------------------------------------------------
+    def refresh(self, run: str) -> int:
+        """Read what is new in the run's event files (at most once per ``refresh_secs``);
+        the run's version after it. A name that is no run of the logdir reads nothing."""
+        if not self._updates.was_read(run) and not self._logdir.is_run(run):
+            return self.version(run)
+        return self._updates.refresh(run)
+
+    def version(self, run: str) -> int:
+        """The run's version as of its last refresh: it changes when records were added or
+        removed."""
+        return self._updates.versions.get(run, 0)
+
+    def runs(self) -> list[str]:
+        """The runs under the logdir (folders holding event files), as TensorBoard names
+        them ("." for the logdir itself)."""
+        return self._logdir.runs()
+
+    def has_run(self, run: str) -> bool:
+        """Whether ``run`` is a folder of the logdir that holds event files now."""
+        return self._logdir.is_run(run)
+
+    def has_read(self, run: str) -> bool:
+        """Whether the run was read before (in this process, or by an earlier start); not
+        while a background build reads it for the first time."""
+        if self._updates.was_read(run):
+            return True
+        if run == self._updates.building:
+            return False
+        return run in self._updates.versions or self._reader.has_consumed(run)
+
+    def has_numerics(self) -> bool:
+        """Whether the store holds any tag at all (read by an earlier start or refresh)."""
+        return self._reader.has_tags()
+
+    # -- tags ----------------------------------------------------------------------------------
+    def tags(self, run: str) -> StoredTags:
+        """Every tag of this plugin in the run, with its id and metadata."""
+        table = self._updates.tables.get(run)
+        return {} if table is None else self._reader.tags(run, table)
+
+    def tag_listing(self, run: str) -> dict[str, tuple[bytes, int]]:
+        """``{tag: (its metadata's plugin content, its last stored step)}`` of every tag of
+        this plugin in the run: what listing a tag needs."""
+        table = self._updates.tables.get(run)
+        if table is None:
+            return {}
+        steps = self._reader.last_steps(run, self.version(run))
+        return {
+            name: (content, steps.get(tag_id, 0))
+            for tag_id, (name, content) in enumerate(zip(table.names, table.contents))
+        }
+
+    # -- records, the watch and scalars, as the findings read them -----------------------------
+    def rows(
+        self,
+        run: str,
+        tag_ids: list[int],
+        columns: tuple[str, ...],
+        *,
+        vectors: bool = False,
+        steps: tuple[int, ...] | None = None,
+    ) -> Rows:
+        """The given scalar ``columns`` of every record of the tags (or only at ``steps``),
+        one per (tag, step), and their stored vectors if asked (``reader.Reader.rows``)."""
+        return self._reader.rows(run, tag_ids, columns, vectors=vectors, steps=steps)
+
+    def casts(self, run: str, tags: dict[int, int]) -> Rows:
+        """Exact (underflow, overflow) of one format at every record of the tags, given as
+        ``{tag_id: the format's index in that tag's formats}``."""
+        return self._reader.casts(run, tags)
+
+    def nonfinite(self, run: str) -> list[NonfiniteStep]:
+        """The watch's records of a run, by step, entries in execution order."""
+        return self._reader.nonfinite(run)
+
+    def scalar_series(self, run: str, tags: list[str] | None = None) -> dict[str, ScalarSeries]:
+        """The run's TensorBoard scalars (only ``tags``, where given), every stored step."""
+        return self._reader.scalars(run, tags)
+
+    def scalars(self, run: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """``{tag: (steps, values)}`` of the run's TensorBoard scalars, by step (of two
+        values at one step the later written stays)."""
+        return {tag: (s.steps, s.values) for tag, s in self.scalar_series(run).items()}
+
+    # -- series, grids and records, as the routes read them ------------------------------------
+    def series(self, run: str, tags: Sequence[str], needs: Needs) -> list[LayerSeries]:
+        """Every held step of each tag, with the columns ``needs`` names (a tag the store
+        does not hold: no step)."""
+        stored = self.tags(run)
+        known = [_usable(stored, tag) for tag in tags]
+        present = [found[0] for found in known if found is not None]
+        version = self.version(run)
+        layout, columns = self._held.read(run, version, present, needs.columns)
+        recorded, estimated = {}, []
+        for found in known:
+            if found is not None and needs.format is not None:
+                tag_id, info, _ = found
+                if needs.format in info.formats:
+                    recorded[tag_id] = info.formats.index(needs.format)
+                else:
+                    estimated.append(tag_id)
+        casts = self._held.casts(run, version, present, recorded, layout) if recorded else None
+        vectors = (
+            self._reader.rows(run, estimated, (), vectors=True)
+            if estimated and needs.bins
+            else None
+        )
+        return [
+            _layer(tag, found, layout, columns, casts, vectors, needs.format)
+            for tag, found in zip(tags, known)
+        ]
+
+    def grid(self, run: str, tags: Sequence[str], needs: Needs) -> LayerGrid | None:
+        """Every tag's columns at once, as [tags, steps] matrices, where they all hold the
+        same steps and ``needs`` a format only if each of them recorded it at one place
+        (nothing is estimated): a heatmap computes on one matrix instead of layer by
+        layer. None otherwise (use ``series``)."""
+        stored = self.tags(run)
+        known = [_usable(stored, tag) for tag in tags]
+        if not known or any(found is None for found in known):
+            return None
+        formats = {info.formats for _, info, _ in known}
+        common = known[0][1].formats if len(formats) == 1 else ()
+        if needs.format is not None and needs.format not in common:
+            return None
+        present = [tag_id for tag_id, _, _ in known]
+        version = self.version(run)
+        layout, columns = self._held.read(run, version, present, needs.columns)
+        if layout.grid is None:
+            return None
+        if needs.format is not None:
+            index = dict.fromkeys(present, common.index(needs.format))
+            casts = self._held.casts(run, version, present, index, layout)
+            if not isinstance(casts, dict):
+                return None
+            columns = {**columns, **{f"{k}:{needs.format}": v for k, v in casts.items()}}
+        rows = [layout.grid.row_of[tag_id] for tag_id in present]
+        if rows != list(range(len(rows))):  # tags not in the order of their ids
+            columns = {name: values[rows] for name, values in columns.items()}
+        return LayerGrid(tuple(common), layout.grid.steps, columns)
+
+    def record(self, run: str, tag: str, step: int | None) -> tuple[int, NumericsRecord] | None:
+        """The held step of ``tag`` nearest to ``step`` (the last when None; the earlier
+        one on a tie) and its record; None when the tag has no readable step."""
+        found = _usable(self.tags(run), tag)
+        if found is None:
+            return None
+        tag_id, info, _ = found
+        held = self._reader.rows(run, [tag_id], ()).steps
+        if not len(held):
+            return None
+        row = len(held) - 1 if step is None else _nearest(held, step)
+        read = self._reader.rows(run, [tag_id], (), vectors=True, steps=(int(held[row]),))
+        data, offsets = read.vectors
+        vector = np.frombuffer(data[offsets[-2] : offsets[-1]], dtype=np.uint8)
+        return int(held[row]), decode_tensor(vector, info)
+
+
+def _usable(stored: StoredTags, tag: str) -> tuple[int, TagInfo, int] | None:
+    """``(tag_id, info, malformed records)`` of a tag the store holds with readable
+    metadata, else None."""
+    found = stored.get(tag)
+    return found if found is not None and found[1] is not None else None
+
+
+def _layer(
+    tag: str,
+    found: tuple[int, TagInfo, int] | None,
+    layout: HeldLayout,
+    columns: dict[str, np.ndarray],
+    casts: dict[str, np.ndarray] | Rows | None,
+    vectors: Rows | None,
+    format_name: str | None,
+) -> LayerSeries:
+    """One tag's ``LayerSeries`` out of the columns read for several tags."""
+    if found is None:  # -1: no tag's id, no rows
+        empty = {name: layout.part(values, -1) for name, values in columns.items()}
+        return LayerSeries(tag, (), layout.steps_of(-1), empty)
+    tag_id, info, malformed = found
+    series = LayerSeries(
+        info.name,
+        tuple(info.formats),
+        layout.steps_of(tag_id),
+        {name: layout.part(values, tag_id) for name, values in columns.items()},
+        skipped_steps=malformed,
+    )
+    if format_name is None:
+        return series
+    if format_name in info.formats and casts is not None:
+        for kind in ("underflow", "overflow"):
+            if isinstance(casts, dict):
+                values = layout.part(casts[kind], tag_id)
+            else:
+                first, last = casts.index.bounds(tag_id)
+                values = casts.columns[kind][first:last]
+            series.columns[f"{kind}:{format_name}"] = values
+    elif vectors is not None:
+        series.bins = _bins(vectors, tag_id, len(info.formats))
+    return series
+
+
+def _bins(vectors: Rows, tag_id: int, n_formats: int) -> Bins:
+    """The exponent histograms of one tag's rows, decoded from their stored vectors."""
+    start, end = vectors.index.bounds(tag_id)
+    data, offsets = vectors.vectors
+    part = data[offsets[start] : offsets[end]]
+    sizes = np.diff(offsets[start : end + 1])
+    decoded = decode_rows(part, sizes, np.full(end - start, n_formats, dtype=np.int64))
+    return Bins(decoded.bins_lo, decoded.bin_starts, decoded.bins)
+
+
+def _nearest(steps: np.ndarray, step: int) -> int:
+    """The row of the held step nearest to ``step`` (the earlier one on a tie)."""
+    right = int(np.searchsorted(steps, step, side="left"))
+    if right == 0:
+        return 0
+    if right == len(steps):
+        return right - 1
+    left = right - 1
+    return left if step - steps[left] <= steps[right] - step else right
