@@ -399,9 +399,21 @@ def track(
       ``torch.compile``'s ``_orig_mod.``); the root module's output is named by its class
       (``GPT``). Where a tuple output's ``name.1`` is also a child module's name (a
       ``Sequential`` ending in an LSTM), that output's extra tensors are ``name[1]``, ...
-    - Under ``torch.compile`` the hooks run eagerly on tracked steps: a graph break at
-      every tracked module's output, so tracked steps run as many small graphs. Records are
-      those of eager mode.
+    - Under ``torch.compile`` (``torch.compile(model)`` or ``model.compile()``, before or
+      after ``track``; ``fullgraph=True`` too) the hooks are traced into the compiled
+      graph: each tensor reaches the tracker through one operator (``graph_op``) and each
+      gradient through the compiled backward, with no graph break. Tracked and untracked
+      steps run one graph while the watch is on (two without it, each compiled once).
+      Records are those of eager mode, but for a gradient that stays inside the graph: a
+      model that computes its loss from its own output inside its forward passes on no
+      gradient for that output (one warning says so; its last layer's ``Gradient`` holds
+      it). A model compiled before ``track`` has its compiled code dropped
+      (``torch.compiler.reset()``, since dynamo does not guard on hooks), at ``track`` when
+      the model passed is compiled, else at the first tracked step, with a
+      ``CompiledBeforeTrackWarning``; ``close`` drops the code its hooks were traced into.
+    - Weight gradients are read when the optimizer steps (before its update, unscaled under
+      ``GradScaler``), so ``tracker.step()`` may follow ``zero_grad()``; without an
+      ``optimizer``, or where it skipped its step, they are read at ``step()``.
     - With activation checkpointing, the recomputed forward is not recorded again.
     - A model's modules are the ones it holds when ``track`` is called.
     - The options are checked once, as a ``tandv_tb.torch.options.TorchOptions``: a bad
