@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tandv_tb.disk.record import STATISTICS
+
 #: The columns of a finding, in the order of ``tandv_tb.findings``' DataFrame.
 COLUMNS = ("run", "step", "kind", "severity", "tensor_type", "name", "value", "message")
 #: Severities, most severe first; ``--fail-on`` compares by this rank.
@@ -112,9 +114,15 @@ class Thresholds:
                 raise ValueError(f"{field.name} must be a finite number >= 0, got {value!r}")
             if field.type == "int" and (value != int(value) or value < 1):
                 raise ValueError(f"{field.name} must be an integer >= 1, got {value!r}")
-        from tandv_tb.diagnosis.columns import check_metric
-
         check_metric(self.divergence_metric)
+
+
+def check_metric(metric: str) -> str:
+    """``metric`` itself if it names a statistic or ``log2_<statistic>``, else ValueError."""
+    if metric.removeprefix("log2_") not in STATISTICS:
+        known = ", ".join([*STATISTICS, *(f"log2_{s}" for s in STATISTICS)])
+        raise ValueError(f"unknown divergence metric {metric!r}; one of: {known}")
+    return metric
 
 
 # -- execution order ---------------------------------------------------------------------
@@ -145,8 +153,3 @@ def percent(share: float) -> str:
         return "0%"
     value = 100 * share
     return f"{value:.2g}%" if value < 10 else f"{value:.0f}%"
-
-
-def quoted(text: str) -> str:
-    """A name quoted for a message (``repr`` keeps control characters visible)."""
-    return repr(text)

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from tandv_tb.diagnosis.base import Finding, Thresholds
-from tandv_tb.diagnosis.columns import RunNumerics, metric_values
+from tandv_tb.diagnosis.run_numerics import RunNumerics, metric_values
 
 
 def divergence_findings(runs: list[RunNumerics], thresholds: Thresholds) -> list[Finding]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tandv_tb.diagnosis.base import Finding, Thresholds, sort_key
-from tandv_tb.diagnosis.columns import RunNumerics
 from tandv_tb.diagnosis.divergence import divergence_findings
 from tandv_tb.diagnosis.first_nonfinite import nonfinite_findings
 from tandv_tb.diagnosis.low_precision import (
@@ -12,6 +11,7 @@ from tandv_tb.diagnosis.low_precision import (
     scale_findings,
     underflow_findings,
 )
+from tandv_tb.diagnosis.run_numerics import RunNumerics
 from tandv_tb.diagnosis.trends import (
     dead_findings,
     drift_findings,

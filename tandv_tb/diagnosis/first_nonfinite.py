@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tandv_tb.diagnosis.base import Finding
-from tandv_tb.diagnosis.columns import RunNumerics
+from tandv_tb.diagnosis.run_numerics import RunNumerics
 from tandv_tb.disk.nonfinite import NonfiniteStep
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from tandv_tb.diagnosis.base import Finding, Thresholds
-from tandv_tb.diagnosis.columns import RunNumerics, first_stretches
+from tandv_tb.diagnosis.run_numerics import RunNumerics, first_stretches
 
 #: The robust standard deviation of normal data is 1.4826 x its median absolute deviation.
 MAD_TO_SIGMA = 1.4826

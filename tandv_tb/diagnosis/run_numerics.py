@@ -10,19 +10,11 @@ import numpy as np
 
 from tandv_tb.diagnosis.base import execution_key
 from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.record import COUNTS, STATISTICS
+from tandv_tb.disk.record import COUNTS
 from tandv_tb.numerics_db import NumericsDB
 
 #: The columns the findings read for every record.
 BASE_COLUMNS = (*COUNTS, "max_abs", "rm2")
-
-
-def check_metric(metric: str) -> str:
-    """``metric`` itself if it names a statistic or ``log2_<statistic>``, else ValueError."""
-    if metric.removeprefix("log2_") not in STATISTICS:
-        known = ", ".join([*STATISTICS, *(f"log2_{s}" for s in STATISTICS)])
-        raise ValueError(f"unknown divergence metric {metric!r}; one of: {known}")
-    return metric
 
 
 def metric_values(columns: dict[str, np.ndarray], metric: str) -> np.ndarray:
