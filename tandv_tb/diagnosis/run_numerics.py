@@ -80,6 +80,18 @@ class RunNumerics:
         c = self.columns
         return c["numel"] - c["nan_count"] - c["posinf_count"] - c["neginf_count"]
 
+    def rank_of(self, tensor_type: str, name: str) -> int:
+        """The place in execution order of the tensor (type, name); unknown ones last."""
+        return self._ranks.get((tensor_type, name), len(self.tensors))
+
+    @functools.cached_property
+    def _ranks(self) -> dict[tuple[str, str], int]:
+        found: dict[tuple[str, str], int] = {}
+        for info, rank in zip(self.tensors, self.rank.tolist()):
+            key = (info.tensor_type, info.name)
+            found[key] = min(found.get(key, rank), rank)
+        return found
+
     def label(self, g: int) -> str:
         info = self.tensors[g]
         return f"{info.tensor_type} {info.name!r}"

@@ -102,6 +102,7 @@ def drift_findings(numerics: RunNumerics, drifts: Drifts) -> list[Finding]:
                 f"log2({metric}) of {info.tensor_type} {info.name!r} jumps by {jump:+.1f} "
                 f"binades from step {previous} to step {step} (its median change between "
                 f"recorded steps is {drifts.typical[i]:.2g})",
+                metric=f"log2_{metric}",
             )
         )
     return found

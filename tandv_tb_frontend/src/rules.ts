@@ -1,7 +1,7 @@
 /** What a change implies (valid runs, a tensor type the run has, …), in one place. */
 
 import type { Catalog, Model, Rules } from "./store";
-import { DEFAULT_STATE } from "./state";
+import { DEFAULT_STATE, VIEW_KEYS } from "./state";
 
 /**
  * Runs ticked when the tab opens with no saved choice: every run, as TensorBoard's own
@@ -31,6 +31,10 @@ export const rules: Rules = (model, changed) => {
   const types = tensorTypes(catalog, [heatmapRun]);
   const tensorType = types.includes(model.tensorType) ? model.tensorType : (types[0] ?? "");
   const patch: Partial<Model> = { runs, heatmapRun, tensorType };
+  // A view chosen by anything but the tab's own opening on the headline is the user's.
+  if (!changed.has("headlineShown") && VIEW_KEYS.some((key) => changed.has(key))) {
+    patch.followHeadline = false;
+  }
   const rowsChanged =
     changed.has("heatmapRun") ||
     changed.has("tensorType") ||
