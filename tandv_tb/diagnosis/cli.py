@@ -95,7 +95,7 @@ def report(found, every: bool) -> str:
     if rows:
         lines += ["", *table(rows, _TABLE if every else _GROUPED)]
     note = found.comparisons.note()
-    if note and not found.comparisons.asked:
+    if found.comparisons.left_out:
         note += " (--compare RUN_A RUN_B compares any two)"
     if note:
         lines += ["", escape(note)]

@@ -27,8 +27,11 @@ class Comparisons:
     compared: list[Pair]
     copies: dict[str, str]
     unrelated: list[Pair]
-    #: Whether the pair compared was asked for (``--compare``), comparable or not.
-    asked: bool = False
+
+    @property
+    def left_out(self) -> bool:
+        """Whether some pair of runs was not compared (the reader may ask for it)."""
+        return bool(self.unrelated or self.copies)
 
     def note(self) -> str:
         """One sentence on which runs were compared and why the others were not ("" for
@@ -87,7 +90,7 @@ def divergence_findings(
     copies = {} if asked is not None else _copies(same, by_run)
     compared = [p for p in chosen if p.a not in copies and p.b not in copies]
     listed = [found[p] for p in compared if p in found]
-    return Comparisons(listed, compared, copies, unrelated, asked is not None)
+    return Comparisons(listed, compared, copies, unrelated)
 
 
 def _shared_rows(a: RunNumerics, b: RunNumerics) -> tuple[np.ndarray, np.ndarray]:

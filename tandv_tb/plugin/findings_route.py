@@ -20,6 +20,7 @@ from tandv_tb.plugin.metrics import METRICS
 #: At most this many runs a request (their pairs are compared).
 MAX_RUNS = 64
 DEFAULTS = Thresholds()
+_MINUS_HINT = " (the heatmap's minus menu subtracts any two runs)"
 #: The heatmap metric that shows a finding of each kind (``Finding.metric`` first).
 KIND_METRICS = {
     "nonfinite": "nonfinite_count",
@@ -88,6 +89,6 @@ def findings(query, runs: list[str]) -> dict:
         "headlines": headlines,
         "groups": groups,
         "findings": [_listed(f) for f in ordered],
-        "compared": found.comparisons.note(),
+        "compared": found.comparisons.note() + _MINUS_HINT * found.comparisons.left_out,
         "thresholds": dataclasses.asdict(DEFAULTS),
     }

@@ -65,7 +65,7 @@ export class FindingsList {
       sections.push(
         h("div", {
           class: "tv-findings-compared tv-muted",
-          text: `${data.compared} (the heatmap's minus menu subtracts any two runs).`,
+          text: data.compared,
         }),
       );
     }

@@ -55,7 +55,9 @@ export const rules: Rules = (model, changed) => {
   const metricNames = new Set(metrics.map((m) => m.metric));
   patch.lineMetrics = model.lineMetrics.filter((m) => metricNames.has(m));
   const list = model.layerList;
-  if (changed.has("layerList") && list) {
+  // A list that arrives after the run or tensor type changed again is stale: it must not
+  // clear the layer chosen for the new one.
+  if (changed.has("layerList") && list && layersCurrent(model)) {
     const layers = new Set(list.layers.map((layer) => layer.layer));
     patch.layer = layers.has(model.layer) ? model.layer : "";
     patch.pinned = model.pinned.filter((name) => layers.has(name));

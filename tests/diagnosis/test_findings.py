@@ -3,9 +3,7 @@ known: real small torch models, the real tracker, the command line run as a proc
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,37 +20,10 @@ import tandv_tb
 from tandv_tb import NumericsWriter
 from tandv_tb.diagnosis import COLUMNS, GROUP_COLUMNS
 from tests.helpers import REPO
-from tests.helpers.torch_models import NanGradient, train
+from tests.helpers.findings_cli import cli, cli_json
+from tests.helpers.torch_models import NanGradient, Poison, set_step, train
 
 NAN = float("nan")
-
-
-# -- running the command line ------------------------------------------------------------
-def _command() -> list[str]:
-    """The installed ``tandv-tb`` console script, else the same ``main`` through ``-m``."""
-    scripts = [
-        ep
-        for ep in importlib.metadata.entry_points(group="console_scripts")
-        if ep.name == "tandv-tb"
-    ]
-    script = Path(sys.executable).with_name("tandv-tb")
-    if scripts and script.exists() and scripts[0].value == "tandv_tb.diagnosis.cli:main":
-        return [str(script)]
-    return [sys.executable, "-m", "tandv_tb"]
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.run(
-        [*_command(), *args], capture_output=True, text=True, env=env, timeout=300
-    )
-
-
-def cli_json(logdir: Path, *args: str) -> tuple[int, list[dict]]:
-    """The exit status and the JSON list (``--all`` among ``args``: one row per finding)."""
-    done = cli("findings", str(logdir), "--json", *args)
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
 
 
 def per_tensor(logdir: Path, **kwargs) -> pd.DataFrame:
@@ -65,20 +36,6 @@ def only(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 
 # -- crafted trainings -------------------------------------------------------------------
-class Poison(nn.Module):
-    """The identity, but its output gets NaN at the steps in ``at``."""
-
-    def __init__(self, at: set[int]) -> None:
-        super().__init__()
-        self.at, self.step = at, 0
-
-    def forward(self, x):
-        if self.step in self.at:
-            x = x.clone()
-            x.view(-1)[:3] = NAN
-        return x
-
-
 class BackwardPoison(nn.Module):
     def __init__(self, at: int) -> None:
         super().__init__()
@@ -86,14 +43,6 @@ class BackwardPoison(nn.Module):
 
     def forward(self, x):
         return NanGradient.apply(x) if self.step == self.at else x
-
-
-def set_step(*modules):
-    def before(step):
-        for module in modules:
-            module.step = step
-
-    return before
 
 
 # -- nonfinite ---------------------------------------------------------------------------
