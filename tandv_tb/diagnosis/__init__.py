@@ -13,8 +13,9 @@ per group of kinds:
 - ``trends``: ``drift`` (warning), ``dead`` (warning), ``loss_spike`` (info);
 - ``divergence``: ``divergence`` (warning) between two comparable runs (``comparable``).
 
-Each module imports only those listed before it: ``base``, ``run_numerics``, the kinds,
-``grouping`` and ``headline``, ``engine``, this package, ``cli``.
+Each module imports only modules below it (``tests/diagnosis/test_layers.py``): ``base``;
+``run_numerics``; the kinds, ``comparable``, ``grouping`` and ``headline``; ``divergence``;
+``engine``; this package; ``cli``.
 
 The package is called ``diagnosis``, not ``findings``: a subpackage ``tandv_tb.findings``
 would replace the function ``tandv_tb.findings`` by itself as soon as it was imported.

@@ -161,6 +161,11 @@ def execution_key(tensor_type: str, order: int, name: str) -> tuple:
     return (5, order, 0, tensor_type + "\0" + name)
 
 
+def metric_label(metric: str) -> str:
+    """A metric as a message names it: ``log2(rm2)`` for ``log2_rm2``."""
+    return f"log2({metric[5:]})" if metric.startswith("log2_") else metric
+
+
 def percent(share: float) -> str:
     """A share as a short percentage (``37%``, ``0.4%``, ``0.0012%``)."""
     if share == 0:

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from tandv_tb.diagnosis.base import Finding, Thresholds
+from tandv_tb.diagnosis.base import Finding, Thresholds, metric_label
 from tandv_tb.diagnosis.comparable import Pair, pairs
 from tandv_tb.diagnosis.run_numerics import RunNumerics, metric_values
 
@@ -129,7 +129,6 @@ def _first_parting(a, b, rows_a, rows_b, va, vb, thresholds: Thresholds) -> Find
     hit = at[np.argmin(a.rank[a.tensor[rows_a[at]]])]
     info = a.tensors[a.tensor[rows_a[hit]]]
     metric = thresholds.divergence_metric
-    label = f"log2({metric[5:]})" if metric.startswith("log2_") else metric
     return Finding(
         a.run,
         int(step),
@@ -138,7 +137,7 @@ def _first_parting(a, b, rows_a, rows_b, va, vb, thresholds: Thresholds) -> Find
         info.tensor_type,
         info.name,
         float(difference[hit]),
-        f"runs {a.run!r} and {b.run!r} part at step {int(step)}: {label} of "
+        f"runs {a.run!r} and {b.run!r} part at step {int(step)}: {metric_label(metric)} of "
         f"{info.tensor_type} {info.name!r} is {va[hit]:.4g} against {vb[hit]:.4g} "
         f"(difference above {thresholds.divergence_threshold:g})",
         other_run=b.run,

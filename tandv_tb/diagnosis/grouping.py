@@ -17,7 +17,14 @@ import dataclasses
 import statistics
 from collections import Counter
 
-from tandv_tb.diagnosis.base import GROUP_COLUMNS, Finding, Thresholds, execution_key, percent
+from tandv_tb.diagnosis.base import (
+    GROUP_COLUMNS,
+    Finding,
+    Thresholds,
+    execution_key,
+    metric_label,
+    percent,
+)
 from tandv_tb.diagnosis.run_numerics import RunNumerics
 
 _SPIKES_LISTED = 5
@@ -25,7 +32,9 @@ _SPIKES_LISTED = 5
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-    """One condition of a run and the findings that make it, most telling first.
+    """One condition of a run and the findings that make it: the condition's findings in
+    step, then execution order (the first is the one to show), then the ``scale``
+    findings that remedy it.
 
     ``step`` is the condition's first step; ``value`` the median of its findings' values
     (one finding: its value); ``tensors`` how many tensors share it."""
@@ -44,12 +53,6 @@ class Group:
     def row(self) -> dict:
         """The grouped columns as a dict (JSON-ready except for a NaN ``value``)."""
         return {column: getattr(self, column) for column in GROUP_COLUMNS}
-
-    @property
-    def first(self) -> Finding:
-        """The finding to show for the group: its condition's first, in step then
-        execution order."""
-        return self.findings[0]
 
 
 def group(
@@ -129,7 +132,7 @@ def _summary(kind, members, run: RunNumerics, thresholds: Thresholds) -> str:
     if kind == "drift":
         return (
             f"{n} of {total} tensors jump in magnitude ({where}) from step {first.step}, the "
-            f"first {_label(first.metric)} of {first.tensor_type} {first.name!r} by "
+            f"first {metric_label(first.metric)} of {first.tensor_type} {first.name!r} by "
             f"{first.value:+.1f} binades"
         )
     if kind == "dead":
@@ -143,14 +146,17 @@ def _summary(kind, members, run: RunNumerics, thresholds: Thresholds) -> str:
         more = f" and {len(members) - _SPIKES_LISTED} more" if len(members) > _SPIKES_LISTED else ""
         return f"the loss spikes at {len(members)} steps ({steps}{more}); first: {first.message}"
     if kind == "scale":
-        return f"{first.format}: {n} of {total} tensors" + _scale_clause(members, single=False)
+        return f"{first.format}: scales for {n} of {total} tensors" + _scale_clause(
+            members, single=False
+        )
     return f"{len(members)} {kind} findings from step {first.step}; first: {first.message}"
 
 
 def _underflow(members, remedies, run: RunNumerics, thresholds: Thresholds) -> str:
-    """E.g. "float8_e4m3fn: 139 of 160 tensors lose over 5% of their non-zero values to
-    zero from step 0 (every Gradient, 29 of 30 Weight_Gradient; median 100%); a per-tensor
-    scale of 2^9 to 2^21 brings each to at most 0.8% lost (estimated)"."""
+    """E.g. "float8_e4m3fn: 139 of 160 tensors would lose over 5% of their non-zero values
+    to zero from step 0 (every Gradient, 29 of 30 Weight_Gradient; median 100%); a
+    per-tensor scale of 2^9 to 2^21 brings the median loss to 0.01% (0.8% at worst,
+    estimated)"."""
     first = members[0]
     totals = _type_totals(run, first.format)
     n = len({(f.tensor_type, f.name) for f in members})
@@ -207,7 +213,3 @@ def _types(members: list[Finding], totals: dict[str, int]) -> str:
 
 def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def _label(metric: str) -> str:
-    return f"log2({metric[5:]})" if metric.startswith("log2_") else metric

@@ -5,8 +5,9 @@ The first thing is the earliest error; without one, the earliest warning that is
 expected effect of an unscaled format. Gradients and optimizer state cast unscaled to
 float8 lose their small values to zero (``underflow``) in every healthy training: that
 is why scaling exists, and the run's grouped ``underflow`` row says it. An overflowing
-value, a drift, a dead tensor or a run that parts from its twin is not expected, and is
-the headline when nothing worse came first. ``info`` findings never are.
+value, a drift or a dead tensor is not expected, and is the headline when nothing worse
+came first. ``info`` findings never are, nor is a ``divergence``: it says where two runs
+part, not which of them went wrong (it is listed under the first of the pair by name).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from tandv_tb.diagnosis.run_numerics import RunNumerics
 
 #: Warnings that an unscaled low-precision format causes in a healthy training.
 EXPECTED_OF_UNSCALED = frozenset({"underflow"})
+#: Findings about two runs, not about one.
+BETWEEN_RUNS = frozenset({"divergence"})
 NO_PROBLEM = "no problem found"
 
 
@@ -35,6 +38,8 @@ class Headline:
 
 def is_problem(finding: Finding) -> bool:
     """Whether the finding can be a headline."""
+    if finding.kind in BETWEEN_RUNS:
+        return False
     if finding.severity == "error":
         return True
     return finding.severity == "warning" and finding.kind not in EXPECTED_OF_UNSCALED
