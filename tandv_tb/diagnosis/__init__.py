@@ -24,10 +24,14 @@ would replace the function ``tandv_tb.findings`` by itself as soon as it was imp
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from tandv_tb.diagnosis.base import COLUMNS, GROUP_COLUMNS, SEVERITIES, Finding, Thresholds
 
 __all__ = ["COLUMNS", "GROUP_COLUMNS", "SEVERITIES", "Finding", "Thresholds", "findings", "find"]
+
+if TYPE_CHECKING:
+    from tandv_tb.diagnosis.engine import Diagnosis
 
 _DEFAULTS = Thresholds()
 
@@ -39,7 +43,7 @@ def find(
     compare: tuple[str, str] | None = None,
     cache_dir: str | os.PathLike | None = None,
     thresholds: Thresholds = _DEFAULTS,
-):
+) -> Diagnosis:
     """The ``engine.Diagnosis`` of the runs under ``logdir`` (what ``findings`` and the
     command line build on): every run, or ``run``, or the two runs of ``compare`` compared
     whatever they share. ``FileNotFoundError`` for a missing logdir, ``ValueError`` for an

@@ -18,8 +18,12 @@ import json
 import math
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from tandv_tb.diagnosis.base import SEVERITIES, severity_rank
+
+if TYPE_CHECKING:
+    from tandv_tb.diagnosis.engine import Diagnosis
 
 PROG = "tandv-tb"
 #: Characters that would break a table line or hide text in a terminal: control
@@ -84,7 +88,7 @@ def table(rows: list, columns: tuple[str, ...]) -> list[str]:
     ]
 
 
-def report(found, every: bool) -> str:
+def report(found: Diagnosis, every: bool) -> str:
     """The headlines, the findings (grouped, or with ``every`` one per tensor) and which
     runs were compared, as text."""
     if not found.headlines:
@@ -106,7 +110,7 @@ def _json_row(row: dict) -> dict:
     return {**row, "value": None if math.isnan(row["value"]) else row["value"]}
 
 
-def as_json(found, every: bool) -> str:
+def as_json(found: Diagnosis, every: bool) -> str:
     """Every finding (``every``), or the groups, each with the findings it stands for."""
     if every:
         rows = [_json_row(f.row()) for f in found.findings]
