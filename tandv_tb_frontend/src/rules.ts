@@ -31,9 +31,13 @@ export const rules: Rules = (model, changed) => {
   const types = tensorTypes(catalog, [heatmapRun]);
   const tensorType = types.includes(model.tensorType) ? model.tensorType : (types[0] ?? "");
   const patch: Partial<Model> = { runs, heatmapRun, tensorType };
-  // A view chosen by anything but the tab's own opening on the headline is the user's.
+  // A view chosen by anything but the tab's own opening on the headline is the user's; a
+  // saved view of a run this logdir lacks (another logdir served at the same address) is
+  // no choice made here.
   if (!changed.has("headlineShown") && VIEW_KEYS.some((key) => changed.has(key))) {
     patch.followHeadline = false;
+  } else if (changed.has("catalog") && model.heatmapRun && !names.includes(model.heatmapRun)) {
+    patch.followHeadline = true;
   }
   const rowsChanged =
     changed.has("heatmapRun") ||

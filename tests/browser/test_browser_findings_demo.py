@@ -184,3 +184,28 @@ def test_the_users_view_in_the_address_wins(browser, tensorboard, route):
         only_missing_layers(
             tab, failed, route["findings"][route["headlines"][2]["finding"]]["name"]
         )
+
+
+def test_a_view_saved_for_another_logdir_does_not_hold_the_tab(browser, tensorboard, route):
+    """The same address served another logdir before: its saved view names a run this one
+    lacks, so the tab opens on this logdir's headline."""
+    first = route["findings"][route["headlines"][2]["finding"]]
+    elsewhere = {"heatmapRun": "elsewhere/run", "metric": "mean", "followHeadline": False}
+    failed: list[str] = []
+    with open_tab(browser, tensorboard, failed=failed) as tab:
+        findings_ready(tab.frame)
+        tab.frame.wait_for_selector(".tv-cell-marker", state="visible", timeout=TIMEOUT_MS)
+        tab.ready("heatmap")  # nothing more to save
+        tab.frame.evaluate(
+            "state => localStorage.setItem('tandv_tb.numerics.state.v1', JSON.stringify(state))",
+            elsewhere,
+        )
+        tab.frame.goto(tab.frame.url.split("#")[0])  # the frame loaded afresh, no address
+        findings_ready(tab.frame)
+        tab.frame.wait_for_selector(
+            f'.tv-cell-marker[data-layer="{css(first["name"])}"]', timeout=TIMEOUT_MS
+        )
+        assert tab.frame.locator('select[name="heatmapRun"]').input_value() == "torch/lr_2e-1"
+        assert tab.frame.locator('select[name="metric"]').input_value() == "overflow_fraction"
+        assert saved_state(tab.frame)["followHeadline"] is True
+        only_missing_layers(tab, failed, first["name"])
