@@ -117,7 +117,7 @@ def breakdown(logdir: Path) -> dict:
     """Seconds of each part of one warm call, in this process."""
     from tandv_tb.diagnosis import Thresholds, trends
     from tandv_tb.diagnosis import low_precision as lp
-    from tandv_tb.diagnosis.columns import RunNumerics
+    from tandv_tb.diagnosis.run_numerics import RunNumerics
     from tandv_tb.store import NumericsStore
 
     thresholds = Thresholds()

@@ -1,6 +1,6 @@
 """Retake the README's picture ``docs/numerics_tab.png``: a real ``tensorboard`` over the
-demo runs (``make demo`` first), the Numerics tab in headless Chromium with both torch runs
-ticked, the first float8_e4m3fn overflow finding of ``torch/lr_2e-1`` clicked.
+demo runs (``make demo`` first), the Numerics tab in headless Chromium as it opens: every
+run ticked, the view on the headline (the float8_e4m3fn overflow of ``torch/lr_2e-1``).
 
 Also prints how long, on the tab's first load (its first run), the Findings card took to be
 ready after the heatmap was drawn.
@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from tests.browser_helpers import (  # noqa: E402
+from tests.helpers.browser import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
     TIMEOUT_MS,
@@ -24,7 +24,9 @@ from tests.browser_helpers import (  # noqa: E402
     watch,
 )
 
-RUNS = ("torch/lr_2e-1", "torch/lr_3e-3")
+#: Chromium's console line for a 404: the histogram and line cards ask every ticked run for
+#: the layer shown, and the JAX model has no ``blocks.1`` (the cards expect that answer).
+NOT_FOUND = "Failed to load resource: the server responded with a status of 404 (NOT FOUND)"
 #: Records, in the plugin's frame, when the heatmap is first drawn and when each card first
 #: becomes ready (ms since the frame loaded).
 TIMES = """() => {
@@ -68,17 +70,6 @@ def main(argv: list[str] | None = None) -> None:
         times = frame.evaluate("window.__ready")
         after = times["findings"] - times["drawn"]
         print(f"first load: findings ready {after / 1000:.2f} s after the heatmap ({times})")
-        # The tab opens with every run ticked: keep just the torch runs.
-        runs = frame.locator('[data-control="runs"] label[data-value]')
-        for run in runs.evaluate_all("labels => labels.map(label => label.dataset.value)"):
-            box = frame.locator(f'[data-control="runs"] label[data-value="{run}"] input')
-            box.set_checked(run in RUNS)
-        frame.select_option('select[name="heatmapRun"]', RUNS[0])
-        frame.wait_for_selector(ready.format("findings"), timeout=120_000)
-        overflow = frame.locator(
-            '.tv-finding[data-kind="overflow"][data-run="torch/lr_2e-1"]'
-        ).first
-        overflow.click()
         frame.wait_for_selector(".tv-hist-panel", timeout=TIMEOUT_MS)
         frame.wait_for_selector(ready.format("histogram"), timeout=TIMEOUT_MS)
         frame.wait_for_selector(ready.format("heatmap"), timeout=TIMEOUT_MS)
@@ -86,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         page.mouse.move(0, 0)
         page.screenshot(path=str(args.out))
         browser.close()
+        problems = [problem for problem in problems if not problem.endswith(NOT_FOUND)]
         if problems:
             raise SystemExit(f"the page reported problems: {problems}")
     (args.logdir.resolve().parent / f"tensorboard_{args.logdir.resolve().name}.log").unlink(

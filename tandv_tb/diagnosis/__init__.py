@@ -1,15 +1,21 @@
 """Diagnosis: what went wrong in a training, named by run, step, tensor and reason.
 
 ``tandv_tb.findings(logdir)`` (this package's ``findings``) reads every recorded step of the
-runs under a logdir from the numerics store (``tandv_tb.store``) and returns one row
-per finding; ``tandv-tb findings LOGDIR`` (``cli``) prints them; the plugin's ``findings``
-route serves them to the Numerics tab. Kinds, one module per group:
+runs under a logdir from the numerics store (``tandv_tb.store``) and returns the
+findings, grouped (``grouping``) or one row per tensor; ``tandv-tb findings LOGDIR``
+(``cli``) prints each run's headline (``headline``) and the grouped findings; the plugin's
+``findings`` route serves them to the Numerics tab. ``engine`` runs every kind, one module
+per group of kinds:
 
 - ``first_nonfinite``: ``nonfinite`` (error), the run's first NaN/Inf and its first tensor;
 - ``low_precision``: ``overflow`` (error/warning), ``underflow`` (warning), ``scale`` (info)
   for the formats recorded at tracking time;
 - ``trends``: ``drift`` (warning), ``dead`` (warning), ``loss_spike`` (info);
-- ``divergence``: ``divergence`` (warning) between two runs.
+- ``divergence``: ``divergence`` (warning) between two comparable runs (``comparable``).
+
+Each module imports only modules below it (``tests/diagnosis/test_layers.py``): ``base``;
+``run_numerics``; the kinds, ``comparable``, ``grouping`` and ``headline``; ``divergence``;
+``engine``; this package; ``cli``.
 
 The package is called ``diagnosis``, not ``findings``: a subpackage ``tandv_tb.findings``
 would replace the function ``tandv_tb.findings`` by itself as soon as it was imported.
@@ -18,10 +24,14 @@ would replace the function ``tandv_tb.findings`` by itself as soon as it was imp
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from tandv_tb.diagnosis.base import COLUMNS, SEVERITIES, Finding, Thresholds
+from tandv_tb.diagnosis.base import COLUMNS, GROUP_COLUMNS, SEVERITIES, Finding, Thresholds
 
-__all__ = ["COLUMNS", "SEVERITIES", "Finding", "Thresholds", "findings", "find"]
+__all__ = ["COLUMNS", "GROUP_COLUMNS", "SEVERITIES", "Finding", "Thresholds", "findings", "find"]
+
+if TYPE_CHECKING:
+    from tandv_tb.diagnosis.engine import Diagnosis
 
 _DEFAULTS = Thresholds()
 
@@ -30,27 +40,33 @@ def find(
     logdir: str | os.PathLike,
     *,
     run: str | None = None,
+    compare: tuple[str, str] | None = None,
     cache_dir: str | os.PathLike | None = None,
     thresholds: Thresholds = _DEFAULTS,
-) -> list[Finding]:
-    """The findings as ``Finding`` objects (what ``findings`` and the command line build
-    on). ``FileNotFoundError`` for a missing logdir, ``ValueError`` for an unknown run."""
+) -> Diagnosis:
+    """The ``engine.Diagnosis`` of the runs under ``logdir`` (what ``findings`` and the
+    command line build on): every run, or ``run``, or the two runs of ``compare`` compared
+    whatever they share. ``FileNotFoundError`` for a missing logdir, ``ValueError`` for an
+    unknown run or a bad pair."""
     from tandv_tb.diagnosis.engine import diagnose
     from tandv_tb.store import NumericsStore
 
     root = os.fspath(logdir)
     if not os.path.isdir(root):
         raise FileNotFoundError(f"no such log directory: {root!r}")
+    if run is not None and compare is not None:
+        raise ValueError("give either run or compare, not both")
+    if compare is not None and (len(compare) != 2 or compare[0] == compare[1]):
+        raise ValueError(f"compare needs two different runs, got {compare!r}")
     db = NumericsStore(root, cache_dir)
     try:
         runs = db.runs()
-        if run is not None:
-            if run not in runs:
-                raise ValueError(f"no run {run!r} under {root!r}; runs: {runs}")
-            runs = [run]
-        for name in runs:
+        asked = [run] if run is not None else list(compare or runs)
+        for name in asked:
+            if name not in runs:
+                raise ValueError(f"no run {name!r} under {root!r}; runs: {runs}")
             db.refresh(name)
-        return diagnose(db, runs, thresholds)
+        return diagnose(db, asked, thresholds, tuple(compare) if compare else None)
     finally:
         db.close()
 
@@ -59,6 +75,8 @@ def findings(
     logdir: str | os.PathLike,
     *,
     run: str | None = None,
+    grouped: bool = True,
+    compare: tuple[str, str] | None = None,
     cache_dir: str | os.PathLike | None = None,
     overflow_error: float = _DEFAULTS.overflow_error,
     overflow_warning: float = _DEFAULTS.overflow_warning,
@@ -77,10 +95,17 @@ def findings(
     divergence_threshold: float = _DEFAULTS.divergence_threshold,
 ):
     """What went wrong in the runs under ``logdir`` (or in one ``run``), over every
-    recorded step: a ``pandas.DataFrame`` with one row per finding and the columns ``run``
-    (str), ``step`` (int64), ``kind`` (str), ``severity`` (``"error"``, ``"warning"`` or
-    ``"info"``), ``tensor_type`` (str, may be empty), ``name`` (str, may be empty),
-    ``value`` (float64, may be NaN) and ``message`` (str), sorted by run, then step.
+    recorded step: a ``pandas.DataFrame`` sorted by run, then step, with the columns
+    ``run`` (str), ``step`` (int64), ``kind`` (str), ``severity`` (``"error"``,
+    ``"warning"`` or ``"info"``), ``tensor_type`` (str, may be empty), ``name`` (str, may
+    be empty), ``value`` (float64, may be NaN) and ``message`` (str).
+
+    ``grouped=True`` (the default): one row per condition that many tensors share (a
+    run, kind and format), its sentence giving the numbers, plus the column ``tensors``
+    (int64, how many tensors share it). ``grouped=False``: one row per tensor.
+    ``divergence`` compares runs that share most of their tensors (same type, name and
+    size); ``compare=(RUN_A, RUN_B)`` keeps those two runs and compares them whatever
+    they share.
 
     The store of every recorded step is kept in ``cache_dir`` (default
     ``~/.cache/tandv_tb``) and only what is new is read. Each threshold is documented on
@@ -107,17 +132,19 @@ def findings(
         divergence_metric=divergence_metric,
         divergence_threshold=divergence_threshold,
     )
-    rows = [f.row() for f in find(logdir, run=run, cache_dir=cache_dir, thresholds=thresholds)]
-    frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    return frame.astype(
-        {
-            "run": object,
-            "step": "int64",
-            "kind": object,
-            "severity": object,
-            "tensor_type": object,
-            "name": object,
-            "value": "float64",
-            "message": object,
-        }
-    ).reset_index(drop=True)
+    found = find(logdir, run=run, compare=compare, cache_dir=cache_dir, thresholds=thresholds)
+    rows = [f.row() for f in (found.groups if grouped else found.findings)]
+    columns = GROUP_COLUMNS if grouped else COLUMNS
+    types = {
+        "run": object,
+        "step": "int64",
+        "kind": object,
+        "severity": object,
+        "tensor_type": object,
+        "name": object,
+        "value": "float64",
+        "message": object,
+        "tensors": "int64",
+    }
+    frame = pd.DataFrame(rows, columns=list(columns))
+    return frame.astype({c: types[c] for c in columns}).reset_index(drop=True)

@@ -6,8 +6,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tandv_tb.disk.record import STATISTICS
+
 #: The columns of a finding, in the order of ``tandv_tb.findings``' DataFrame.
 COLUMNS = ("run", "step", "kind", "severity", "tensor_type", "name", "value", "message")
+#: The columns of a grouped finding: a finding's, and how many tensors share it.
+GROUP_COLUMNS = (*COLUMNS, "tensors")
 #: Severities, most severe first; ``--fail-on`` compares by this rank.
 SEVERITIES = ("error", "warning", "info")
 #: Every kind of finding (docs/contract.md lists them; a ``Finding`` of another is refused).
@@ -25,10 +29,11 @@ KINDS = (
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """One thing that went wrong (or is worth knowing) in a run, at a step.
+    """One thing that went wrong (or is worth knowing) in a run, at a step: a row of
+    ``tandv_tb.findings(..., grouped=False)``.
 
-    ``other_run`` is the second run of a ``divergence`` (empty otherwise): the plugin's
-    route serves it, the DataFrame keeps to the eight public columns."""
+    The fields after ``message`` are not columns of the DataFrame; they serve grouping,
+    headlines and the plugin's route."""
 
     run: str
     step: int
@@ -38,7 +43,18 @@ class Finding:
     name: str = ""
     value: float = math.nan
     message: str = ""
+    #: The second run of a ``divergence``.
     other_run: str = ""
+    #: The recorded format of an ``overflow``, ``underflow`` or ``scale``.
+    format: str = ""
+    #: The metric that shows it, where the kind alone does not say: the statistic that
+    #: jumped (``drift``), the metric compared (``divergence``).
+    metric: str = ""
+    #: How many tensors it stands for: every tensor above the limit at an ``overflow``'s
+    #: step, every tensor with NaN/Inf at a ``nonfinite``'s step; 1 otherwise.
+    tensors: int = 1
+    #: A ``scale``: the estimated share of values still lost at the suggested scale.
+    still_lost: float = math.nan
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -53,8 +69,8 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
 
 
-def sort_key(finding: Finding) -> tuple:
-    """By run, then step; at one step the most severe first."""
+def sort_key(finding) -> tuple:
+    """By run, then step; at one step the most severe first (a ``Finding`` or a group)."""
     return (finding.run, finding.step, severity_rank(finding.severity), finding.kind)
 
 
@@ -112,9 +128,20 @@ class Thresholds:
                 raise ValueError(f"{field.name} must be a finite number >= 0, got {value!r}")
             if field.type == "int" and (value != int(value) or value < 1):
                 raise ValueError(f"{field.name} must be an integer >= 1, got {value!r}")
-        from tandv_tb.diagnosis.columns import check_metric
-
         check_metric(self.divergence_metric)
+
+
+def check_metric(metric: str) -> str:
+    """``metric`` itself if it names a statistic or ``log2_<statistic>``, else ValueError."""
+    if metric.removeprefix("log2_") not in STATISTICS:
+        known = ", ".join([*STATISTICS, *(f"log2_{s}" for s in STATISTICS)])
+        raise ValueError(f"unknown divergence metric {metric!r}; one of: {known}")
+    return metric
+
+
+def metric_label(metric: str) -> str:
+    """A metric as a message names it: ``log2(rm2)`` for ``log2_rm2``."""
+    return f"log2({metric[5:]})" if metric.startswith("log2_") else metric
 
 
 def percent(share: float) -> str:
@@ -123,8 +150,3 @@ def percent(share: float) -> str:
         return "0%"
     value = 100 * share
     return f"{value:.2g}%" if value < 10 else f"{value:.0f}%"
-
-
-def quoted(text: str) -> str:
-    """A name quoted for a message (``repr`` keeps control characters visible)."""
-    return repr(text)

@@ -1,17 +1,22 @@
-"""Every finding of some runs of a store, kind after kind."""
+"""Every finding of some runs of a store, kind after kind, grouped, with a headline per
+run."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from tandv_tb.diagnosis.base import Finding, Thresholds, sort_key
-from tandv_tb.diagnosis.columns import RunNumerics
-from tandv_tb.diagnosis.divergence import divergence_findings
+from tandv_tb.diagnosis.divergence import Comparisons, divergence_findings
 from tandv_tb.diagnosis.first_nonfinite import nonfinite_findings
+from tandv_tb.diagnosis.grouping import Group, group
+from tandv_tb.diagnosis.headline import Headline, headlines
 from tandv_tb.diagnosis.low_precision import (
     format_shares,
     overflow_findings,
     scale_findings,
     underflow_findings,
 )
+from tandv_tb.diagnosis.run_numerics import RunNumerics
 from tandv_tb.diagnosis.trends import (
     dead_findings,
     drift_findings,
@@ -19,6 +24,18 @@ from tandv_tb.diagnosis.trends import (
     loss_spike_findings,
 )
 from tandv_tb.store import NumericsStore
+
+
+@dataclasses.dataclass
+class Diagnosis:
+    """The findings of some runs: one per tensor (``findings``), grouped (``groups``), each
+    run's headline, and which runs ``divergence`` compared. Findings and groups are
+    sorted by run, then step, the most severe first at one step."""
+
+    findings: list[Finding]
+    groups: list[Group]
+    headlines: list[Headline]
+    comparisons: Comparisons
 
 
 def run_findings(db: NumericsStore, numerics: RunNumerics, thresholds: Thresholds) -> list[Finding]:
@@ -36,12 +53,19 @@ def run_findings(db: NumericsStore, numerics: RunNumerics, thresholds: Threshold
     ]
 
 
-def diagnose(db: NumericsStore, runs: list[str], thresholds: Thresholds) -> list[Finding]:
+def diagnose(
+    db: NumericsStore,
+    runs: list[str],
+    thresholds: Thresholds,
+    compare: tuple[str, str] | None = None,
+) -> Diagnosis:
     """The findings of ``runs`` (each as of its last refresh) and the ``divergence`` of
-    every pair of them, sorted by run, then step (the most severe first at one step)."""
+    their comparable pairs; with ``compare``, ``runs`` are that pair, compared whatever
+    they share."""
     extra = (thresholds.divergence_metric.removeprefix("log2_"),) if len(runs) > 1 else ()
-    numerics = [RunNumerics.read(db, run, extra) for run in runs]
-    found = [f for n in numerics for f in run_findings(db, n, thresholds)]
-    if len(numerics) > 1:
-        found += divergence_findings(numerics, thresholds)
-    return sorted(found, key=sort_key)
+    numerics = {run: RunNumerics.read(db, run, extra) for run in runs}
+    found = [f for n in numerics.values() for f in run_findings(db, n, thresholds)]
+    comparisons = divergence_findings(list(numerics.values()), thresholds, compare)
+    found = sorted(found + comparisons.findings, key=sort_key)
+    groups = sorted(group(found, numerics, thresholds), key=sort_key)
+    return Diagnosis(found, groups, headlines(found, numerics), comparisons)

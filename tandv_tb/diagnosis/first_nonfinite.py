@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tandv_tb.diagnosis.base import Finding
-from tandv_tb.diagnosis.columns import RunNumerics
+from tandv_tb.diagnosis.run_numerics import RunNumerics
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
 
 
@@ -27,6 +27,7 @@ def _finding(run: str, step: int, tensor_type: str, name: str, counts, others: i
         float(nan + posinf + neginf),
         f"first NaN/Inf of the run at step {step}: {tensor_type} {name!r} "
         f"({_counts(nan, posinf, neginf)}), the first in execution order{also}",
+        tensors=1 + others,
     )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from tandv_tb import formats as fmt
 from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.diagnosis.base import Finding, Thresholds, percent
-from tandv_tb.diagnosis.columns import RunNumerics, first_stretches
+from tandv_tb.diagnosis.run_numerics import RunNumerics, first_stretches
 from tandv_tb.disk import metadata
 from tandv_tb.disk.record_columns import DecodedRows, decode_rows, ragged_index
 from tandv_tb.store import NumericsStore
@@ -90,6 +90,8 @@ def _overflow(numerics, fs, at, step, severity, limit) -> Finding:
         float(top[0][1]),
         f"{fs.format} overflows from step {step}: {count} with more than "
         f"{percent(limit)} of their values overflowing, most affected {named}{more}",
+        format=fs.format,
+        tensors=len(top),
     )
 
 
@@ -121,6 +123,7 @@ def underflow_findings(
                     f"{info.tensor_type} {info.name!r} loses {percent(fs.under[i])} of its "
                     f"non-zero values to zero in {fs.format} from step {step} "
                     f"({percent(fs.under[last])} at step {last_step})",
+                    format=fs.format,
                 )
             )
     return found
@@ -178,6 +181,8 @@ def scale_findings(
                 f"underflow {percent(before[0])} -> {percent(after[0])}, overflow "
                 f"{percent(before[1])} -> {percent(after[1])} (estimated over "
                 f"{n_steps} recorded step{'s' * (n_steps != 1)} from step {step})",
+                format=format_name,
+                still_lost=float(after[0] + after[1]),
             )
         )
     return found

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from tandv_tb.diagnosis.base import Finding, Thresholds
-from tandv_tb.diagnosis.columns import RunNumerics, first_stretches
+from tandv_tb.diagnosis.run_numerics import RunNumerics, first_stretches
 
 #: The robust standard deviation of normal data is 1.4826 x its median absolute deviation.
 MAD_TO_SIGMA = 1.4826
@@ -102,6 +102,7 @@ def drift_findings(numerics: RunNumerics, drifts: Drifts) -> list[Finding]:
                 f"log2({metric}) of {info.tensor_type} {info.name!r} jumps by {jump:+.1f} "
                 f"binades from step {previous} to step {step} (its median change between "
                 f"recorded steps is {drifts.typical[i]:.2g})",
+                metric=f"log2_{metric}",
             )
         )
     return found

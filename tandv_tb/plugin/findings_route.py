@@ -1,7 +1,9 @@
 """The ``findings`` route: what went wrong in the ticked runs, for the tab's Findings card.
 
 Computed by the findings engine (``tandv_tb.diagnosis``) over every recorded step, from the
-plugin's own store, with the default thresholds; ``divergence`` for every pair of the runs.
+plugin's own store, with the default thresholds; ``divergence`` for the comparable pairs of
+the runs. Each finding says where the heatmap shows it (run, tensor type, metric, format),
+so that a click, or the tab's first view, opens there.
 """
 
 from __future__ import annotations
@@ -11,12 +13,24 @@ import math
 
 from tensorboard.errors import InvalidArgumentError
 
-from tandv_tb.diagnosis.base import Thresholds, severity_rank
+from tandv_tb.diagnosis.base import Finding, Thresholds, severity_rank
 from tandv_tb.diagnosis.engine import diagnose
+from tandv_tb.plugin.metrics import METRICS
 
 #: At most this many runs a request (their pairs are compared).
 MAX_RUNS = 64
 DEFAULTS = Thresholds()
+_MINUS_HINT = " (the heatmap's minus menu subtracts any two runs)"
+#: The heatmap metric that shows a finding of each kind (``Finding.metric`` first).
+KIND_METRICS = {
+    "nonfinite": "nonfinite_count",
+    "overflow": "overflow_fraction",
+    "underflow": "underflow_fraction",
+    "dead": "zero_fraction",
+    "loss_spike": "log2_rm2",
+    "drift": "log2_rm2",
+    "divergence": "log2_rm2",
+}
 
 
 def runs_of(params) -> list[str]:
@@ -33,12 +47,52 @@ def check_runs(query, runs: list[str]) -> None:
         query.run(run)
 
 
+def heatmap_metric(finding: Finding) -> str:
+    """The heatmap metric that shows ``finding`` (a ``scale`` that scales up remedies an
+    underflow, one that scales down an overflow)."""
+    if finding.kind == "scale":
+        return "overflow_fraction" if finding.value < 0 else "underflow_fraction"
+    metric = finding.metric or KIND_METRICS[finding.kind]
+    return metric if metric in METRICS else KIND_METRICS[finding.kind]
+
+
+def _listed(finding: Finding) -> dict:
+    row = {
+        **finding.row(),
+        "other_run": finding.other_run or None,
+        "metric": heatmap_metric(finding),
+        "format": finding.format or None,
+    }
+    row["value"] = None if math.isnan(row["value"]) else row["value"]
+    return row
+
+
+def _most_severe_first(item) -> tuple:
+    return (severity_rank(item.severity), item.run, item.step)
+
+
 def findings(query, runs: list[str]) -> dict:
     found = diagnose(query.numerics(), runs, DEFAULTS)
-    found.sort(key=lambda f: (severity_rank(f.severity), f.run, f.step))
-    listed = []
-    for f in found:
-        row = {**f.row(), "other_run": f.other_run or None}
+    ordered = sorted(found.findings, key=_most_severe_first)
+    index = {id(f): i for i, f in enumerate(ordered)}
+    groups = []
+    for g in sorted(found.groups, key=_most_severe_first):
+        row = g.row()
         row["value"] = None if math.isnan(row["value"]) else row["value"]
-        listed.append(row)
-    return {"runs": runs, "findings": listed, "thresholds": dataclasses.asdict(DEFAULTS)}
+        groups.append({**row, "findings": [index[id(f)] for f in g.findings]})
+    headlines = [
+        {
+            "run": h.run,
+            "message": h.message,
+            "finding": None if h.finding is None else index[id(h.finding)],
+        }
+        for h in found.headlines
+    ]
+    return {
+        "runs": runs,
+        "headlines": headlines,
+        "groups": groups,
+        "findings": [_listed(f) for f in ordered],
+        "compared": found.comparisons.note() + _MINUS_HINT * found.comparisons.left_out,
+        "thresholds": dataclasses.asdict(DEFAULTS),
+    }

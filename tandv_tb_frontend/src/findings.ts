@@ -1,29 +1,26 @@
 /**
- * The Findings card's list: what went wrong in the ticked runs (the ``findings`` route),
- * most severe first. Errors and warnings are listed, a few of each kind, the rest of a kind
- * folded away; info findings (scales, loss spikes: often hundreds) sit in one closed section
- * so they never bury an error. Every finding is a button that asks the app to show it.
- * Names and messages enter the page as text only.
+ * The Findings card's list (the ``findings`` route): first each run's headline (its first
+ * problem, or "no problem found"), then the grouped findings, most severe first: one row
+ * per condition many tensors share, the findings it stands for (one per tensor) behind a
+ * disclosure, drawn when opened. Info rows (scales, loss spikes) sit in one closed section. Last, which runs
+ * were compared. Every headline, group and finding is a button that asks the app to show
+ * it (a group shows its first finding). Names and messages enter the page as text only.
  */
 
-import type { Finding, FindingsResponse } from "./api";
+import type { Finding, FindingGroup, FindingsResponse } from "./api";
 import { h, keepFocus, replaceChildren } from "./dom";
 
 const SEVERITIES = ["error", "warning", "info"] as const;
-/** Findings of one severity and kind listed before the rest of that kind fold away. */
-const SHOWN_PER_KIND = 3;
-/** At most this many findings drawn per severity and kind (``tandv-tb findings`` lists all). */
-const MAX_PER_KIND = 500;
+/** At most this many findings drawn under one group (``tandv-tb findings --all`` lists all). */
+const MAX_PER_GROUP = 500;
 
 const PLURAL: Record<string, string> = { error: "errors", warning: "warnings", info: "info" };
 
 export class FindingsList {
   readonly root = h("div", { class: "tv-findings" });
-  private buttons = new Map<Finding, HTMLButtonElement>();
+  private buttons = new Map<HTMLButtonElement, Finding>();
   /** The finding last shown (by its content), kept marked when the list is redrawn. */
   private chosen = "";
-  /** The metric the ``divergence`` findings compare (the route's thresholds). */
-  divergenceMetric = "";
 
   constructor(private readonly choose: (finding: Finding) => void) {}
 
@@ -32,103 +29,180 @@ export class FindingsList {
     this.root.replaceChildren();
   }
 
-  /** Draw ``data``'s findings; ``colours`` maps a run to its colour. */
+  /** Draw ``data``; ``colours`` maps a run to its colour. */
   render(data: FindingsResponse, colours: Map<string, string>): void {
     this.buttons.clear();
-    this.divergenceMetric = String(data.thresholds.divergence_metric ?? "");
-    const bySeverity = new Map<string, Finding[]>(SEVERITIES.map((s) => [s, []]));
-    for (const finding of data.findings) bySeverity.get(finding.severity)?.push(finding);
+    const bySeverity = new Map<string, FindingGroup[]>(SEVERITIES.map((s) => [s, []]));
+    for (const group of data.groups) bySeverity.get(group.severity)?.push(group);
     const counts = SEVERITIES.filter((s) => bySeverity.get(s)?.length).map((s) => {
       const count = bySeverity.get(s)?.length ?? 0;
       return `${count} ${count === 1 ? s : PLURAL[s]}`;
     });
+    const total = data.findings.length;
     const sections: HTMLElement[] = [
-      h("div", { class: "tv-findings-summary tv-muted", text: counts.join(" · ") }),
+      this.headlines(data, colours),
+      h("div", {
+        class: "tv-findings-summary tv-muted",
+        text: `${counts.join(" · ")} (${total} finding${total === 1 ? "" : "s"} in all)`,
+      }),
     ];
     for (const severity of SEVERITIES) {
-      const found = bySeverity.get(severity) ?? [];
-      if (!found.length) continue;
-      const groups = byKind(found).map(([kind, items]) => this.group(kind, items, colours));
+      const groups = bySeverity.get(severity) ?? [];
+      if (!groups.length) continue;
+      const rows = groups.map((group) => this.group(group, data.findings, colours));
       if (severity === "info") {
         sections.push(
           h("details", { class: "tv-findings-info", data: { severity } }, [
-            h("summary", { text: `${found.length} info (${kinds(found)})` }),
-            ...groups,
+            h("summary", { text: `${groups.length} info (${kindCounts(groups)})` }),
+            ...rows,
           ]),
         );
       } else {
-        sections.push(h("div", { class: "tv-findings-section", data: { severity } }, groups));
+        sections.push(h("div", { class: "tv-findings-section", data: { severity } }, rows));
       }
+    }
+    if (data.compared) {
+      sections.push(
+        h("div", {
+          class: "tv-findings-compared tv-muted",
+          text: data.compared,
+        }),
+      );
     }
     // TensorBoard's reload redraws the list: the sections the user opened stay open.
     keepFocus(this.root, () => replaceChildren(this.root, sections));
-    const again = [...this.buttons.keys()].find((item) => identity(item) === this.chosen);
-    if (again) this.mark(again);
+    this.markChosen();
   }
 
-  /** Mark ``finding`` as the one shown. */
+  /** Mark ``finding`` as the one shown (every button that shows it). */
   mark(finding: Finding): void {
     this.chosen = identity(finding);
-    for (const [item, button] of this.buttons) {
-      button.setAttribute("aria-pressed", String(item === finding));
+    this.markChosen();
+  }
+
+  private markChosen(): void {
+    for (const [button, item] of this.buttons) {
+      button.setAttribute("aria-pressed", String(identity(item) === this.chosen));
     }
   }
 
-  private group(kind: string, items: Finding[], colours: Map<string, string>): HTMLElement {
-    const drawn = items.slice(0, MAX_PER_KIND);
-    const rows = drawn.map((finding) => this.row(finding, colours));
-    const shown = rows.slice(0, SHOWN_PER_KIND);
-    const rest = rows.slice(SHOWN_PER_KIND);
-    const left = items.length - drawn.length;
-    return h("div", { class: "tv-findings-group", data: { kind } }, [
-      ...shown,
-      rest.length
-        ? h("details", { class: "tv-findings-more" }, [
-            h("summary", { text: `${items.length - SHOWN_PER_KIND} more ${kind}` }),
-            ...rest,
-            left
-              ? h("div", {
-                  class: "tv-muted",
-                  text: `and ${left} more: run tandv-tb findings LOGDIR for the full list`,
-                })
-              : null,
-          ])
-        : null,
-    ]);
+  private headlines(data: FindingsResponse, colours: Map<string, string>): HTMLElement {
+    const rows = data.headlines.map((headline) => {
+      const finding = headline.finding === null ? null : data.findings[headline.finding];
+      const where = h("span", { class: "tv-finding-where" }, [
+        swatch(colours, headline.run),
+        headline.run,
+      ]);
+      const message = h("span", { class: "tv-finding-message", text: headline.message });
+      if (!finding) {
+        return h("div", { class: "tv-headline", data: { run: headline.run, problem: "false" } }, [
+          where,
+          message,
+        ]);
+      }
+      const about = { severity: finding.severity, kind: finding.kind, step: String(finding.step) };
+      return this.button(finding, "tv-headline", { problem: "true", ...about }, [where, message]);
+    });
+    return h("div", { class: "tv-headlines" }, rows);
   }
 
-  private row(finding: Finding, colours: Map<string, string>): HTMLButtonElement {
-    const button = h(
-      "button",
+  private group(
+    group: FindingGroup,
+    findings: Finding[],
+    colours: Map<string, string>,
+  ): HTMLElement {
+    const members = group.findings.map((i) => findings[i]);
+    const first = members[0];
+    const row = this.button(
+      first,
+      `tv-finding tv-finding-group tv-severity-${group.severity}`,
       {
-        class: `tv-finding tv-severity-${finding.severity}`,
-        title: "Show this layer and step in the heatmap and the histogram",
-        attrs: { type: "button", "aria-pressed": "false" },
-        data: {
-          severity: finding.severity,
-          kind: finding.kind,
-          run: finding.run,
-          step: String(finding.step),
-          tensorType: finding.tensor_type,
-          layer: finding.name,
-        },
-        on: { click: () => this.choose(finding) },
+        severity: group.severity,
+        kind: group.kind,
+        run: group.run,
+        step: String(group.step),
+        tensors: String(group.tensors),
+      },
+      [
+        h("span", { class: "tv-finding-badge", text: group.kind }),
+        h("span", { class: "tv-finding-where" }, [
+          swatch(colours, group.run),
+          `${group.run} · step ${group.step}`,
+        ]),
+        h("span", { class: "tv-finding-message", text: group.message }),
+      ],
+    );
+    if (members.length < 2) return h("div", { class: "tv-findings-row" }, [row]);
+    const each = h("details", { class: "tv-findings-each" }, [
+      h("summary", { text: `${members.length} findings: ${kindCounts(members)}` }),
+    ]);
+    each.addEventListener("toggle", () => {
+      if (!each.open || each.dataset.drawn) return;
+      each.dataset.drawn = "true";
+      const drawn = members.slice(0, MAX_PER_GROUP);
+      each.append(...drawn.map((finding) => this.member(finding, colours)));
+      if (members.length > drawn.length) {
+        each.append(
+          h("div", {
+            class: "tv-muted",
+            text: `and ${members.length - drawn.length} more: tandv-tb findings LOGDIR --all lists every one`,
+          }),
+        );
+      }
+      this.markChosen();
+    });
+    return h("div", { class: "tv-findings-row" }, [row, each]);
+  }
+
+  private member(finding: Finding, colours: Map<string, string>): HTMLButtonElement {
+    return this.button(
+      finding,
+      `tv-finding tv-finding-member tv-severity-${finding.severity}`,
+      {
+        severity: finding.severity,
+        kind: finding.kind,
+        run: finding.run,
+        step: String(finding.step),
       },
       [
         h("span", { class: "tv-finding-badge", text: finding.kind }),
         h("span", { class: "tv-finding-where" }, [
-          h("span", {
-            class: "tv-swatch",
-            attrs: { style: `background:${colours.get(finding.run) ?? "#888"}` },
-          }),
+          swatch(colours, finding.run),
           `${finding.run} · step ${finding.step}`,
         ]),
         h("span", { class: "tv-finding-message", text: finding.message }),
       ],
     );
-    this.buttons.set(finding, button);
+  }
+
+  /** A button showing ``finding`` (its tensor type and layer in ``data-*``). */
+  private button(
+    finding: Finding,
+    className: string,
+    data: Record<string, string>,
+    children: HTMLElement[],
+  ): HTMLButtonElement {
+    const button = h(
+      "button",
+      {
+        class: className,
+        title: "Show this layer and step in the heatmap and the histogram",
+        attrs: { type: "button", "aria-pressed": "false" },
+        data: { run: finding.run, tensorType: finding.tensor_type, layer: finding.name, ...data },
+        on: { click: () => this.choose(finding) },
+      },
+      children,
+    );
+    this.buttons.set(button, finding);
     return button;
   }
+}
+
+function swatch(colours: Map<string, string>, run: string): HTMLElement {
+  return h("span", {
+    class: "tv-swatch",
+    attrs: { style: `background:${colours.get(run) ?? "#888"}` },
+  });
 }
 
 function identity(finding: Finding): string {
@@ -138,22 +212,13 @@ function identity(finding: Finding): string {
     finding.kind,
     finding.tensor_type,
     finding.name,
+    finding.other_run,
   ]);
 }
 
-/** ``findings`` grouped by kind, kinds in order of their first finding. */
-function byKind(findings: Finding[]): [string, Finding[]][] {
-  const groups = new Map<string, Finding[]>();
-  for (const finding of findings) {
-    const list = groups.get(finding.kind) ?? [];
-    list.push(finding);
-    groups.set(finding.kind, list);
-  }
-  return [...groups];
-}
-
-function kinds(findings: Finding[]): string {
-  return byKind(findings)
-    .map(([kind, items]) => `${items.length} ${kind}`)
-    .join(", ");
+/** "142 underflow, 142 scale": how many of each kind, kinds in order of appearance. */
+function kindCounts(items: { kind: string }[]): string {
+  const counts = new Map<string, number>();
+  for (const item of items) counts.set(item.kind, (counts.get(item.kind) ?? 0) + 1);
+  return [...counts].map(([kind, count]) => `${count} ${kind}`).join(", ");
 }

@@ -1,10 +1,16 @@
-/** The "Findings" card: what the ticked runs' findings are, and a click shows one. */
+/**
+ * The "Findings" card: each ticked run's headline and the grouped findings; a click shows
+ * one. While the user has chosen no view of their own (``followHeadline``), the tab shows
+ * the headline by itself: the first problem of the ticked runs, in the heatmap and the
+ * histogram.
+ */
 
 import * as api from "./api";
 import { Card } from "./card";
 import { FindingsList } from "./findings";
+import { findingView, headlineToOpen } from "./finding_view";
 import type { HeatmapCard } from "./heatmap_card";
-import type { Model, Store } from "./store";
+import type { Store } from "./store";
 
 export class FindingsCard {
   readonly card = new Card("findings", "Findings");
@@ -35,40 +41,14 @@ export class FindingsCard {
     }
     this.card.clearMessage();
     this.list.render(data, s.catalog.colours);
+    const headline = headlineToOpen(data);
+    if (headline && this.store.state.followHeadline) this.show(headline, true);
   }
 
-  /** Show a finding: its run, tensor type, layer and step (a divergence as a difference). */
-  private show(finding: api.Finding): void {
-    const s = this.store.state;
-    const patch: Partial<Model> = {
-      heatmapRun: finding.run,
-      step: finding.step,
-      minusRun: finding.kind === "divergence" ? (finding.other_run ?? "") : "",
-    };
-    if (finding.tensor_type) patch.tensorType = finding.tensor_type;
-    const compared = this.list.divergenceMetric;
-    if (finding.kind === "divergence" && s.catalog?.metrics.some((m) => m.metric === compared)) {
-      patch.metric = compared;
-    }
-    if (finding.name) {
-      patch.layer = finding.name;
-      if (s.layerRegex && !safeMatch(s.layerRegex, finding.name)) patch.layerRegex = "";
-    }
-    if (s.window && (finding.step < s.window[0] || finding.step > s.window[1])) patch.window = null;
-    const sameRows =
-      finding.run === s.heatmapRun && (patch.tensorType ?? s.tensorType) === s.tensorType;
-    const toggled = this.heatmap.reveal(finding.name, sameRows);
-    if (toggled) patch.toggled = toggled;
+  /** Show a finding; ``opening``: the tab's own view of the headline, not the user's. */
+  private show(finding: api.Finding, opening = false): void {
+    const patch = findingView(finding, this.store.state, this.heatmap);
     this.list.mark(finding);
-    void this.store.update(patch);
-  }
-}
-
-/** Whether the layer filter (a regex typed by the user) matches ``name``. */
-function safeMatch(pattern: string, name: string): boolean {
-  try {
-    return new RegExp(pattern).test(name);
-  } catch {
-    return false;
+    void this.store.update(opening ? { ...patch, headlineShown: finding } : patch);
   }
 }

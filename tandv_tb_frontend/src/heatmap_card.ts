@@ -113,6 +113,10 @@ export class HeatmapCard {
     if (!params || !layersCurrent(s)) return;
     const signal = this.card.signal("heatmap");
     const data = await this.card.load(() => api.heatmap(params, signal));
+    const now = this.store.state;
+    // An answer for a run or tensor type left meanwhile (a finding opened before it came):
+    // its own load follows once that run's layers have loaded.
+    if (data && (now.heatmapRun !== params.run || now.tensorType !== params.tensor_type)) return;
     if (!data) {
       if (this.card.root.dataset.state === "error") this.heatmap.root.hidden = true;
       return;
@@ -128,7 +132,6 @@ export class HeatmapCard {
     }
     if (data.layers.length === 0) {
       this.heatmap.root.hidden = true;
-      const now = this.store.state;
       this.card.showEmpty(
         now.layerRegex
           ? `No ${now.tensorType} layer matches /${now.layerRegex}/.`

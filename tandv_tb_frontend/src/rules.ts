@@ -1,7 +1,7 @@
 /** What a change implies (valid runs, a tensor type the run has, …), in one place. */
 
 import type { Catalog, Model, Rules } from "./store";
-import { DEFAULT_STATE } from "./state";
+import { DEFAULT_STATE, VIEW_KEYS } from "./state";
 
 /**
  * Runs ticked when the tab opens with no saved choice: every run, as TensorBoard's own
@@ -31,6 +31,14 @@ export const rules: Rules = (model, changed) => {
   const types = tensorTypes(catalog, [heatmapRun]);
   const tensorType = types.includes(model.tensorType) ? model.tensorType : (types[0] ?? "");
   const patch: Partial<Model> = { runs, heatmapRun, tensorType };
+  // A view chosen by anything but the tab's own opening on the headline is the user's; a
+  // saved view of a run this logdir lacks (another logdir served at the same address) is
+  // no choice made here.
+  if (!changed.has("headlineShown") && VIEW_KEYS.some((key) => changed.has(key))) {
+    patch.followHeadline = false;
+  } else if (changed.has("catalog") && model.heatmapRun && !names.includes(model.heatmapRun)) {
+    patch.followHeadline = true;
+  }
   const rowsChanged =
     changed.has("heatmapRun") ||
     changed.has("tensorType") ||
@@ -51,7 +59,9 @@ export const rules: Rules = (model, changed) => {
   const metricNames = new Set(metrics.map((m) => m.metric));
   patch.lineMetrics = model.lineMetrics.filter((m) => metricNames.has(m));
   const list = model.layerList;
-  if (changed.has("layerList") && list) {
+  // A list that arrives after the run or tensor type changed again is stale: it must not
+  // clear the layer chosen for the new one.
+  if (changed.has("layerList") && list && layersCurrent(model)) {
     const layers = new Set(list.layers.map((layer) => layer.layer));
     patch.layer = layers.has(model.layer) ? model.layer : "";
     patch.pinned = model.pinned.filter((name) => layers.has(name));

@@ -45,6 +45,11 @@ export interface State {
   compare: "overlay" | "side";
   /** A ticked run whose values the heatmap subtracts from ``heatmapRun``'s; "" for none. */
   minusRun: string;
+  /**
+   * Whether the heatmap and histogram show the findings' headline (the tab opens on what
+   * went wrong) until the user chooses a view of their own (any of ``VIEW_KEYS``).
+   */
+  followHeadline: boolean;
 }
 
 export const DEFAULT_STATE: State = {
@@ -71,7 +76,33 @@ export const DEFAULT_STATE: State = {
   lineLog: false,
   compare: "overlay",
   minusRun: "",
+  followHeadline: true,
 };
+
+/** The choices that make the heatmap's view: choosing any of them stops ``followHeadline``. */
+export const VIEW_KEYS = [
+  "heatmapRun",
+  "tensorType",
+  "metric",
+  "metricFormat",
+  "layer",
+  "step",
+  "minusRun",
+  "window",
+] as const;
+
+/**
+ * A saved state or address that names a view but says nothing of ``followHeadline`` (a
+ * ``p.tandv.*`` link, a state saved by an older version): the user's own view, kept.
+ */
+function ownView(state: Partial<State>): Partial<State> {
+  if (state.followHeadline !== undefined) return state;
+  const named = VIEW_KEYS.some(
+    (key) =>
+      state[key] !== undefined && JSON.stringify(state[key]) !== JSON.stringify(DEFAULT_STATE[key]),
+  );
+  return named ? { ...state, followHeadline: false } : state;
+}
 
 const STORAGE_KEY = "tandv_tb.numerics.state.v1";
 const HASH_KEY = "state";
@@ -98,7 +129,7 @@ function fromHash(): Partial<State> {
   const text = params.get(HASH_KEY);
   if (!text) return {};
   try {
-    return sanitize(JSON.parse(text));
+    return ownView(sanitize(JSON.parse(text)));
   } catch {
     return {};
   }
@@ -106,7 +137,7 @@ function fromHash(): Partial<State> {
 
 function fromStorage(): Partial<State> {
   try {
-    return sanitize(JSON.parse(window.localStorage.getItem(STORAGE_KEY) ?? "null"));
+    return ownView(sanitize(JSON.parse(window.localStorage.getItem(STORAGE_KEY) ?? "null")));
   } catch {
     return {};
   }
@@ -123,7 +154,7 @@ export function fromHostData(data: Record<string, string>): Partial<State> {
     else if (typeof fallback === "number" || key === "step") out[key] = Number(text);
     else if (typeof fallback === "string") out[key] = text;
   }
-  return sanitize(out);
+  return ownView(sanitize(out));
 }
 
 /** The state saved by an earlier visit (hash first, then localStorage). */

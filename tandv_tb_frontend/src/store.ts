@@ -1,6 +1,6 @@
 /** The tab's one state (the user's choices and what the server sent) and who depends on it. */
 
-import type { FormatLimits, HeatmapResponse, LayerInfo, MetricInfo, RunInfo } from "./api";
+import type { Finding, FormatLimits, HeatmapResponse, LayerInfo, MetricInfo, RunInfo } from "./api";
 import { DEFAULT_STATE, saveState, type State } from "./state";
 
 /** What the runs, formats and metrics routes sent (reloaded by TensorBoard's reload). */
@@ -28,6 +28,8 @@ export interface Loaded {
   catalog: Catalog | null;
   layerList: Layers | null;
   heatmapData: HeatmapResponse | null;
+  /** The headline finding the tab opened its view on by itself (``followHeadline``). */
+  headlineShown: Finding | null;
 }
 
 export type Model = State & Loaded;
@@ -62,7 +64,13 @@ export class Store {
     initial: State,
     private readonly rules: Rules,
   ) {
-    this.current = { ...initial, catalog: null, layerList: null, heatmapData: null };
+    this.current = {
+      ...initial,
+      catalog: null,
+      layerList: null,
+      heatmapData: null,
+      headlineShown: null,
+    };
   }
 
   get state(): Readonly<Model> {

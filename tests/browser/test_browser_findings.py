@@ -139,9 +139,30 @@ def test_card_names_the_nan_and_a_click_opens_it(tab, tensorboard):
     assert nonfinite.get_attribute("data-layer") == HOSTILE
     message = nonfinite.locator(".tv-finding-message").inner_text()
     assert repr(HOSTILE) in message and f"step {NAN_STEP}" in message
-    # The same findings as the route: every one listed (info folded away, not dropped).
-    route = json.loads(fetch(tensorboard, "findings?run=clean&run=poisoned")[0])["findings"]
-    assert card.locator(".tv-finding").count() == len(route)
+    # The poisoned run's headline is its NaN; the clean run has no problem.
+    headline = card.locator('.tv-headline[data-run="poisoned"]')
+    assert (headline.get_attribute("data-kind"), headline.get_attribute("data-step")) == (
+        "nonfinite",
+        str(NAN_STEP),
+    )
+    assert headline.inner_text().endswith(nonfinite.locator(".tv-finding-message").inner_text())
+    clean = card.locator('.tv-headline[data-run="clean"]')
+    assert (
+        clean.get_attribute("data-problem") == "false" and "no problem found" in clean.inner_text()
+    )
+    # The same groups as the route (info folded away, not dropped), and behind them every
+    # finding one per tensor.
+    route = json.loads(fetch(tensorboard, "findings?run=clean&run=poisoned")[0])
+    assert card.locator(".tv-finding-group").count() == len(route["groups"])
+    card.locator("details.tv-findings-info").evaluate_all(
+        "all => all.forEach(d => { d.open = true; })"
+    )
+    for each in card.locator("details.tv-findings-each").all():
+        each.locator("summary").click()
+    members = sum(len(g["findings"]) for g in route["groups"] if len(g["findings"]) > 1)
+    singles = sum(len(g["findings"]) == 1 for g in route["groups"])
+    assert card.locator(".tv-finding-member").count() == members
+    assert members + singles == len(route["findings"])
     assert tab.frame.locator("img").count() == 0 and tab.page.locator("img").count() == 0
 
     nonfinite.click()

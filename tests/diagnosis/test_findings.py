@@ -3,9 +3,7 @@ known: real small torch models, the real tracker, the command line run as a proc
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,38 +18,17 @@ from torch.utils.tensorboard import SummaryWriter
 
 import tandv_tb
 from tandv_tb import NumericsWriter
-from tandv_tb.diagnosis import COLUMNS
+from tandv_tb.diagnosis import COLUMNS, GROUP_COLUMNS
 from tests.helpers import REPO
-from tests.helpers.torch_models import NanGradient, train
+from tests.helpers.findings_cli import cli, cli_json
+from tests.helpers.torch_models import NanGradient, Poison, set_step, train
 
 NAN = float("nan")
 
 
-# -- running the command line ------------------------------------------------------------
-def _command() -> list[str]:
-    """The installed ``tandv-tb`` console script, else the same ``main`` through ``-m``."""
-    scripts = [
-        ep
-        for ep in importlib.metadata.entry_points(group="console_scripts")
-        if ep.name == "tandv-tb"
-    ]
-    script = Path(sys.executable).with_name("tandv-tb")
-    if scripts and script.exists() and scripts[0].value == "tandv_tb.diagnosis.cli:main":
-        return [str(script)]
-    return [sys.executable, "-m", "tandv_tb"]
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.run(
-        [*_command(), *args], capture_output=True, text=True, env=env, timeout=300
-    )
-
-
-def cli_json(logdir: Path, *args: str) -> tuple[int, list[dict]]:
-    done = cli("findings", str(logdir), "--json", *args)
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
+def per_tensor(logdir: Path, **kwargs) -> pd.DataFrame:
+    """``tandv_tb.findings`` one row per tensor."""
+    return tandv_tb.findings(logdir, grouped=False, cache_dir=logdir.parent / "cache", **kwargs)
 
 
 def only(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -59,20 +36,6 @@ def only(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 
 # -- crafted trainings -------------------------------------------------------------------
-class Poison(nn.Module):
-    """The identity, but its output gets NaN at the steps in ``at``."""
-
-    def __init__(self, at: set[int]) -> None:
-        super().__init__()
-        self.at, self.step = at, 0
-
-    def forward(self, x):
-        if self.step in self.at:
-            x = x.clone()
-            x.view(-1)[:3] = NAN
-        return x
-
-
 class BackwardPoison(nn.Module):
     def __init__(self, at: int) -> None:
         super().__init__()
@@ -82,21 +45,13 @@ class BackwardPoison(nn.Module):
         return NanGradient.apply(x) if self.step == self.at else x
 
 
-def set_step(*modules):
-    def before(step):
-        for module in modules:
-            module.step = step
-
-    return before
-
-
 # -- nonfinite ---------------------------------------------------------------------------
 def test_nan_off_the_cadence_names_module_step_and_type(tmp_path):
     poison = Poison({7})
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), poison, nn.Linear(8, 1))
     train(model, tmp_path, 12, every=5, before_step=set_step(poison))
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     first = only(frame, "nonfinite")
     assert len(first) == 1
     row = first.iloc[0]
@@ -104,11 +59,24 @@ def test_nan_off_the_cadence_names_module_step_and_type(tmp_path):
     assert row.value == 3
     assert "step 7" in row.message and "'1'" in row.message and "3 NaN" in row.message
 
-    status, listed = cli_json(tmp_path)
+    status, listed = cli_json(tmp_path, "--all")
     assert status == 1  # an error exists: a pipeline stops here
     nonfinite = [f for f in listed if f["kind"] == "nonfinite"]
     assert [(f["step"], f["tensor_type"], f["name"]) for f in nonfinite] == [(7, "Activation", "1")]
     assert all(list(f) == list(COLUMNS) for f in listed)
+    # grouped (the default): the same findings, each in one group, with its count
+    status, groups = cli_json(tmp_path)
+    assert status == 1
+    assert all(list(g) == [*GROUP_COLUMNS, "findings"] for g in groups)
+    assert sorted(json.dumps(f) for g in groups for f in g["findings"]) == sorted(
+        json.dumps(f) for f in listed
+    )
+    (nan_group,) = [g for g in groups if g["kind"] == "nonfinite"]
+    assert (nan_group["step"], nan_group["name"]) == (7, "1")
+    # the NaN spreads to the tensors after it: the row stands for every one of them
+    assert f"; {nan_group['tensors'] - 1} more tensors after it" in nan_group["message"]
+    text = cli("findings", str(tmp_path)).stdout.splitlines()
+    assert text[0].startswith(".  ") and "first NaN/Inf of the run at step 7" in text[0]
 
 
 @pytest.mark.parametrize("watch", [True, False], ids=["watch", "records"])
@@ -119,7 +87,7 @@ def test_nan_born_in_backward_names_the_gradient(tmp_path, watch):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), poison, nn.Linear(8, 1))
     train(model, tmp_path, 6, before_step=set_step(poison), watch_nonfinite=watch)
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     row = only(frame, "nonfinite").iloc[0]
     assert (row.step, row.tensor_type, row["name"]) == (4, "Gradient", "0")
 
@@ -146,7 +114,7 @@ def test_learning_rate_makes_float8_e4m3fn_overflow_from_a_known_step(tmp_path):
     assert 0 < expected < 13  # the crafted training does what it is meant to
     share = casts[expected].mean()
 
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     over = only(frame, "overflow")
     first = over[over.step == over.step.min()].iloc[0]
     assert first.step == expected
@@ -158,6 +126,8 @@ def test_learning_rate_makes_float8_e4m3fn_overflow_from_a_known_step(tmp_path):
     status, listed = cli_json(tmp_path, "--fail-on", "error")
     assert status == 1
     assert min(f["step"] for f in listed if f["kind"] == "overflow") == expected
+    headline = cli("findings", str(tmp_path)).stdout.splitlines()[0]
+    assert f"float8_e4m3fn overflows from step {expected}" in headline
 
 
 def test_gradient_underflows_in_float8_e5m2_and_a_scale_fixes_it(tmp_path):
@@ -179,7 +149,7 @@ def test_gradient_underflows_in_float8_e5m2_and_a_scale_fixes_it(tmp_path):
         formats=("float8_e5m2",),
     )
 
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     under = only(frame, "underflow").set_index(["tensor_type", "name"])
     assert under.loc[("Gradient", "0"), "step"] == 0
     assert under.loc[("Gradient", "0"), "value"] > 0.9
@@ -194,6 +164,18 @@ def test_gradient_underflows_in_float8_e5m2_and_a_scale_fixes_it(tmp_path):
     assert min(underflow_share(g) for g in grads) > 0.9
     assert max(underflow_share(g * 2.0**k) for g in grads) < 0.05  # the scale fixes it
 
+    # grouped: one underflow row of the format, the scales in its sentence; underflow is
+    # what an unscaled float8 does, not the run's headline
+    grouped = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    (row,) = only(grouped, "underflow").itertuples()
+    assert row.tensors == len(under) and row.step == under.step.min()
+    assert row.message.startswith(f"float8_e5m2: {len(under)} of ")
+    ks = only(frame, "scale").value.astype(int)
+    scales = f"2^{ks.min()}" if ks.min() == ks.max() else f"2^{ks.min()} to 2^{ks.max()}"
+    assert f"scale of {scales} brings" in row.message
+    assert only(grouped, "scale").empty  # folded into the condition they remedy
+    assert "no problem found" in cli("findings", str(tmp_path)).stdout.splitlines()[0]
+
 
 # -- trends --------------------------------------------------------------------------------
 def test_dead_relu_layer(tmp_path):
@@ -202,12 +184,12 @@ def test_dead_relu_layer(tmp_path):
     with torch.no_grad():
         model[0].bias.fill_(-100.0)  # every pre-activation negative: the ReLU is dead
     train(model, tmp_path, 8)
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     dead = only(frame, "dead").set_index(["tensor_type", "name"])
     assert dead.loc[("Activation", "1"), "step"] == 0
     assert dead.loc[("Activation", "1"), "value"] == 8
     assert ("Activation", "0") not in dead.index
-    longer = tandv_tb.findings(tmp_path, dead_window=9, cache_dir=tmp_path.parent / "cache")
+    longer = per_tensor(tmp_path, dead_window=9)
     assert only(longer, "dead").empty  # 8 steps are not a window of 9
     assert only(frame, "loss_spike").empty  # no loss scalar: no spike, no error
 
@@ -222,7 +204,7 @@ def test_loss_spike_linked_to_the_first_drift_before_it(tmp_path):
         scalars=True,
         loss_fn=lambda out, s: out.pow(2).mean() * (1e4 if s == 30 else 1.0),
     )
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     spikes = only(frame, "loss_spike")
     assert list(spikes.step) == [30]
     drifts = only(frame, "drift")
@@ -248,7 +230,7 @@ def test_runs_identical_until_weights_perturbed_diverge_at_that_step(tmp_path):
 
     run("a", False)
     run("b", True)
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     parted = only(frame, "divergence")
     assert len(parted) == 1
     row = parted.iloc[0]
@@ -257,15 +239,11 @@ def test_runs_identical_until_weights_perturbed_diverge_at_that_step(tmp_path):
     assert (row.tensor_type, row["name"]) == ("Activation", "2")
     assert row.value == pytest.approx(-3.0, abs=0.5)  # log2 rm2: a times 8 is 3 binades
     assert "'b'" in row.message
-    tolerant = tandv_tb.findings(
-        tmp_path, divergence_threshold=7.0, cache_dir=tmp_path.parent / "cache"
-    )
+    tolerant = per_tensor(tmp_path, divergence_threshold=7.0)
     assert only(tolerant, "divergence").empty  # the largest difference: 64x, 6 binades
-    by_max = tandv_tb.findings(
-        tmp_path, divergence_metric="log2_max_abs", cache_dir=tmp_path.parent / "cache"
-    )
+    by_max = per_tensor(tmp_path, divergence_metric="log2_max_abs")
     assert list(only(by_max, "divergence").step) == [k]
-    alone = tandv_tb.findings(tmp_path, run="a", cache_dir=tmp_path.parent / "cache")
+    alone = per_tensor(tmp_path, run="a")
     assert only(alone, "divergence").empty
 
     status, listed = cli_json(tmp_path, "--fail-on", "warning")
@@ -280,13 +258,19 @@ def test_runs_identical_until_weights_perturbed_diverge_at_that_step(tmp_path):
 def test_no_numerics_no_findings(tmp_path):
     with SummaryWriter(str(tmp_path / "scalars_only")) as writer:
         writer.add_scalar("loss", 1.0, 0)
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     assert list(frame.columns) == list(COLUMNS) and frame.empty
     assert frame.dtypes["step"] == np.int64 and frame.dtypes["value"] == np.float64
+    grouped = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    assert list(grouped.columns) == list(GROUP_COLUMNS) and grouped.empty
+    assert grouped.dtypes["tensors"] == np.int64
     status, listed = cli_json(tmp_path, "--fail-on", "info")
     assert (status, listed) == (0, [])
     done = cli("findings", str(tmp_path))
-    assert (done.returncode, done.stdout.strip()) == (0, "no findings")
+    assert (done.returncode, done.stdout.strip()) == (0, "scalars_only  no problem found")
+    (tmp_path / "scalars_only").rename(tmp_path.parent / "elsewhere")
+    done = cli("findings", str(tmp_path))
+    assert (done.returncode, done.stdout.strip()) == (0, "no findings")  # no run at all
 
 
 @pytest.mark.parametrize(
@@ -296,6 +280,9 @@ def test_no_numerics_no_findings(tmp_path):
         ("findings", "{logdir}", "--bogus"),
         ("findings", "{logdir}", "--fail-on", "fatal"),
         ("findings", "{logdir}", "--run", "nope"),
+        ("findings", "{logdir}", "--compare", "a"),
+        ("findings", "{logdir}", "--compare", "a", "a"),
+        ("findings", "{logdir}", "--compare", "a", "b", "--run", "a"),
         ("findings",),
         (),
     ],
@@ -334,16 +321,17 @@ def test_hostile_names_are_text(tmp_path):
             if step == 1:
                 values[:2] = np.nan
             writer.add_numerics(HOSTILE, values, step)
-    frame = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
+    frame = per_tensor(tmp_path)
     row = only(frame, "nonfinite").iloc[0]
     assert (row.run, row["name"], row.step) == ("run\nx<b>", HOSTILE, 1)
     status, listed = cli_json(tmp_path)
     assert status == 1 and listed[0]["name"] == HOSTILE and listed[0]["run"] == "run\nx<b>"
     done = cli("findings", str(tmp_path))
     lines = done.stdout.splitlines()
-    assert len(lines) == 2  # the header and the one finding: nothing broke the line
+    # the headline, a blank line, the header and the one finding: nothing broke a line
+    assert len(lines) == 4 and lines[1] == ""
     assert "\x1b" not in done.stdout and "\u202e" not in done.stdout
-    assert "\\n" in lines[1] and "<script>" in lines[1]
+    assert all("\\n" in lines[i] and "<script>" in lines[i] for i in (0, 3))
 
 
 def test_import_tandv_tb_loads_neither_duckdb_nor_the_engine():

@@ -195,14 +195,26 @@ def open_tab(
     url: str,
     ready: str = '#tandv-numerics[data-state="ready"]',
     timeout_ms: int = TIMEOUT_MS,
+    failed: list[str] | None = None,
 ) -> Iterator[Tab]:
     """A fresh browser context (no saved state) on TensorBoard's Numerics tab; fails if
-    the page logged an error, threw, or opened a dialog."""
+    the page logged an error, threw, or opened a dialog. ``failed`` collects the status
+    and address of every answer with an HTTP error (Chromium logs each as a console
+    error, so a test that expects some can check that they are those)."""
     context = browser.new_context(viewport={"width": 1600, "height": 1200})
     context.set_default_timeout(timeout_ms)
     page = context.new_page()
     problems: list[str] = []
     watch(page, problems)
+    if failed is not None:
+        page.on(
+            "response",
+            lambda response: (
+                failed.append(f"{response.status} {response.url}")
+                if response.status >= 400
+                else None
+            ),
+        )
     try:
         page.goto(f"{url}/#tandv")
         frame = page.wait_for_selector("iframe", timeout=timeout_ms).content_frame()

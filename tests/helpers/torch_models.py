@@ -99,6 +99,31 @@ def gpt_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
 
 
+class Poison(nn.Module):
+    """The identity, but its output gets 3 NaN at the steps in ``at`` (``step`` is set
+    before each training step, e.g. by ``set_step``)."""
+
+    def __init__(self, at: set[int]) -> None:
+        super().__init__()
+        self.at, self.step = at, 0
+
+    def forward(self, x):
+        if self.step in self.at:
+            x = x.clone()
+            x.view(-1)[:3] = float("nan")
+        return x
+
+
+def set_step(*modules):
+    """A ``before_step`` for ``train`` that tells ``modules`` the step."""
+
+    def before(step):
+        for module in modules:
+            module.step = step
+
+    return before
+
+
 class NanGradient(torch.autograd.Function):
     """The identity forward; its backward returns NaN (a NaN born in the backward pass)."""
 

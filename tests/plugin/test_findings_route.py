@@ -59,10 +59,15 @@ def test_one_run(app):
         "value": 5.0,
         "message": first["message"],
         "other_run": None,
+        "metric": "nonfinite_count",  # the heatmap metric that shows it
+        "format": None,
     }
     assert "step 4" in first["message"]
     assert body["thresholds"]["divergence_metric"] == "log2_rm2"
     assert not [f for f in body["findings"] if f["kind"] == "divergence"]
+    # the run's headline is its first error, that same finding
+    assert body["headlines"] == [{"run": "a", "message": first["message"], "finding": 0}]
+    assert body["compared"] == ""  # one run: no pair
 
 
 def test_two_runs_part_and_most_severe_come_first(app):
@@ -73,8 +78,26 @@ def test_two_runs_part_and_most_severe_come_first(app):
         ("a", "b", PART, "fc")
     ]
     assert parted[0]["value"] == pytest.approx(-4.0)  # log2 rm2: 16 times is 4 binades
-    ranks = [("error", "warning", "info").index(f["severity"]) for f in found["findings"]]
-    assert ranks == sorted(ranks)
+    assert parted[0]["metric"] == "log2_rm2"
+    for listed in (found["findings"], found["groups"]):
+        ranks = [("error", "warning", "info").index(f["severity"]) for f in listed]
+        assert ranks == sorted(ranks)
+    # the same tensors in both runs: comparable, compared
+    assert found["compared"] == "Divergence: compared a with b"
+    # every finding in exactly one group; a group's first finding is its condition's first
+    members = sorted(i for g in found["groups"] for i in g["findings"])
+    assert members == list(range(len(found["findings"])))
+    for group in found["groups"]:
+        first = found["findings"][group["findings"][0]]
+        assert (first["run"], first["step"], first["kind"]) == (
+            group["run"],
+            group["step"],
+            group["kind"],
+        )
+    headlines = {h["run"]: h for h in found["headlines"]}
+    assert found["findings"][headlines["a"]["finding"]]["kind"] == "nonfinite"
+    # b has no problem of its own: the divergence is a's (the first of the pair)
+    assert headlines["b"] == {"run": "b", "message": "no problem found", "finding": None}
 
 
 def test_repeated_request_is_cached(app):
@@ -100,8 +123,11 @@ def test_bad_parameters(app, query, status):
 
 
 def test_the_route_and_the_python_api_agree(app, logdir, tmp_path):
-    served = app.json("findings", run=["a", "b"])["findings"]
-    frame = tandv_tb.findings(logdir, cache_dir=tmp_path)
-    api = {tuple(row) for row in frame.drop(columns="value").itertuples(index=False)}
+    served = app.json("findings", run=["a", "b"])
     keys = ("run", "step", "kind", "severity", "tensor_type", "name", "message")
-    assert {tuple(f[k] for k in keys) for f in served} == api
+    frame = tandv_tb.findings(logdir, grouped=False, cache_dir=tmp_path)
+    api = {tuple(row) for row in frame.drop(columns="value").itertuples(index=False)}
+    assert {tuple(f[k] for k in keys) for f in served["findings"]} == api
+    grouped = tandv_tb.findings(logdir, cache_dir=tmp_path)
+    api = {tuple(row) for row in grouped.drop(columns="value").itertuples(index=False)}
+    assert {(*(g[k] for k in keys), g["tensors"]) for g in served["groups"]} == api

@@ -9,20 +9,12 @@ import functools
 import numpy as np
 
 from tandv_tb.disk.metadata import TagInfo, execution_key
-from tandv_tb.disk.record import COUNTS, STATISTICS
+from tandv_tb.disk.record import COUNTS
 from tandv_tb.store import NumericsStore
 from tandv_tb.store.rows import TagSteps
 
 #: The columns the findings read for every record.
 BASE_COLUMNS = (*COUNTS, "max_abs", "rm2")
-
-
-def check_metric(metric: str) -> str:
-    """``metric`` itself if it names a statistic or ``log2_<statistic>``, else ValueError."""
-    if metric.removeprefix("log2_") not in STATISTICS:
-        known = ", ".join([*STATISTICS, *(f"log2_{s}" for s in STATISTICS)])
-        raise ValueError(f"unknown divergence metric {metric!r}; one of: {known}")
-    return metric
 
 
 def metric_values(columns: dict[str, np.ndarray], metric: str) -> np.ndarray:
@@ -71,6 +63,18 @@ class RunNumerics:
         """The number of finite values of each row."""
         c = self.columns
         return c["numel"] - c["nan_count"] - c["posinf_count"] - c["neginf_count"]
+
+    def rank_of(self, tensor_type: str, name: str) -> int:
+        """The place in execution order of the tensor (type, name); unknown ones last."""
+        return self._ranks.get((tensor_type, name), len(self.tensors))
+
+    @functools.cached_property
+    def _ranks(self) -> dict[tuple[str, str], int]:
+        found: dict[tuple[str, str], int] = {}
+        for info, rank in zip(self.tensors, self.rank.tolist()):
+            key = (info.tensor_type, info.name)
+            found[key] = min(found.get(key, rank), rank)
+        return found
 
     def label(self, g: int) -> str:
         info = self.tensors[g]

@@ -1,0 +1,65 @@
+"""A run's headline: one sentence on the first thing that went wrong, or "no problem
+found".
+
+The first thing is the earliest error; without one, the earliest warning that is not an
+expected effect of an unscaled format. Gradients and optimizer state cast unscaled to
+float8 lose their small values to zero (``underflow``) in every healthy training: that
+is why scaling exists, and the run's grouped ``underflow`` row says it. An overflowing
+value, a drift or a dead tensor is not expected, and is the headline when nothing worse
+came first. ``info`` findings never are, nor is a ``divergence``: it says where two runs
+part, not which of them went wrong (it is listed under the first of the pair by name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tandv_tb.diagnosis.base import KINDS, Finding
+from tandv_tb.diagnosis.run_numerics import RunNumerics
+
+#: Warnings that an unscaled low-precision format causes in a healthy training.
+EXPECTED_OF_UNSCALED = frozenset({"underflow"})
+#: Findings about two runs, not about one.
+BETWEEN_RUNS = frozenset({"divergence"})
+NO_PROBLEM = "no problem found"
+
+
+@dataclasses.dataclass(frozen=True)
+class Headline:
+    """The run's first problem (None: no problem found)."""
+
+    run: str
+    finding: Finding | None
+
+    @property
+    def message(self) -> str:
+        return self.finding.message if self.finding else NO_PROBLEM
+
+
+def is_problem(finding: Finding) -> bool:
+    """Whether the finding can be a headline."""
+    if finding.kind in BETWEEN_RUNS:
+        return False
+    if finding.severity == "error":
+        return True
+    return finding.severity == "warning" and finding.kind not in EXPECTED_OF_UNSCALED
+
+
+def headlines(found: list[Finding], numerics: dict[str, RunNumerics]) -> list[Headline]:
+    """One headline per run of ``numerics``, in run order."""
+    problems: dict[str, list[Finding]] = {}
+    for f in found:
+        if is_problem(f):
+            problems.setdefault(f.run, []).append(f)
+    listed = []
+    for run in sorted(numerics):
+        mine = problems.get(run, [])
+        worst = [f for f in mine if f.severity == "error"] or mine
+        rank = numerics[run].rank_of
+        first = min(
+            worst,
+            key=lambda f: (f.step, KINDS.index(f.kind), rank(f.tensor_type, f.name)),
+            default=None,
+        )
+        listed.append(Headline(run, first))
+    return listed
