@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from tandv_tb.disk.metadata import NONFINITE_KIND, PLUGIN_DATA_VERSION, PLUGIN_NAME
+from tandv_tb.disk.metadata import NONFINITE_KIND, PLAIN_VERSION, PLUGIN_NAME
 
 #: The tag of the watch's record (one per run).
 NONFINITE_TAG = f"{PLUGIN_NAME}/_nonfinite"
@@ -85,7 +85,7 @@ def entries_from_stats(results: Iterable[tuple[str, str, object]]) -> list[Nonfi
 
 
 def _metadata() -> summary_pb2.SummaryMetadata:
-    content = {"version": PLUGIN_DATA_VERSION, "kind": NONFINITE_KIND}
+    content = {"version": PLAIN_VERSION, "kind": NONFINITE_KIND}
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(
             plugin_name=PLUGIN_NAME,

@@ -28,7 +28,7 @@ def test_metadata_round_trip_and_shape():
     content = meta.plugin_data.content
     assert b" " not in content  # compact JSON
     assert json.loads(content) == {
-        "version": metadata.PLUGIN_DATA_VERSION,
+        "version": metadata.PLAIN_VERSION,
         "name": "layers.0.attn.wq",
         "tensor_type": "Activation",
         "module_type": "Linear",

@@ -14,7 +14,7 @@ from tensorboard.compat.proto import summary_pb2
 from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.metadata import PLUGIN_DATA_VERSION, TagInfo, create_summary_metadata
+from tandv_tb.disk.metadata import PLAIN_VERSION, TagInfo, create_summary_metadata
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 from tandv_tb.disk.summary import encode_record
 from tandv_tb.frame import (
