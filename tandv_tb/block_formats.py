@@ -19,7 +19,8 @@ count.
   ``per_tensor_scale = amax(tensor) / (448 * 6)``, in float32 arithmetic: E2M1 elements, a
   ``float8_e4m3fn`` scale per block of 16 (``amax / 6 / per_tensor_scale``, clamped to
   ``2**-6 .. 448`` and rounded to E4M3), values multiplied by ``(1 / per_tensor_scale) /
-  block_scale``. float64 values are rounded to float32 first, as torchao's ``.float()``.
+  block_scale``. float64 values are rounded to float32 first, as torchao's ``.float()``,
+  saturating at float32's largest value (so that the arithmetic stays finite).
 
 A format's *scale exponent* is ``X`` for MX and ``floor(log2)`` of the E4M3 block scale for
 nvfp4. A block *clamps* low or high where the rule's scale lies below or above the scale's

@@ -107,6 +107,10 @@ class TorchOps:
     def round_even(self, x):
         return self.t.round(x)
 
+    def divide(self, a, b):
+        """a / b, correctly rounded."""
+        return a / b
+
     def to_dtype(self, x, name):
         return x.to(getattr(self.t, name))
 
@@ -238,6 +242,14 @@ class JaxOps:
 
     def round_even(self, x):
         return self.jnp.round(x)
+
+    def divide(self, a, b):
+        """a / b, correctly rounded: XLA's simplifier turns a division by a scalar or a
+        broadcast into a multiplication by its reciprocal, and (a / b) / c into
+        a / (b * c), each rounded twice, unless it cannot see what made either operand."""
+        b = self.jnp.broadcast_to(self.jnp.asarray(b, a.dtype), a.shape)
+        a, b = self.lax.optimization_barrier((a, b))
+        return a / b
 
     def to_dtype(self, x, name):
         return x.astype(getattr(self.jnp, name))
@@ -415,7 +427,7 @@ def _block_format(ops, layout, values, finite_bits, max_bits, name, row, row_len
     like = values
     largest = math.ldexp(float(max_mantissa), emax - mant_bits)
     top, _ = layout.floor_log2(ops, max_bits + (max_bits == 0), like)  # the sums' unit
-    top = ops.clip(top, 1 - layout.bias, layout.bias)
+    top = ops.clip(top, 1 - layout.bias, layout.bias - 1)  # 2**-top normal too
     nonzero = bits != 0
     if rule == block_formats.NVFP4:
         return _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row)
@@ -463,28 +475,30 @@ def _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row):
     f32 = _Layout(23, 127, np.float32, np.int32)
     wide = layout.mant_bits == 52
     magnitudes = ops.float_view(bits, values)
-    a32 = ops.to_dtype(magnitudes, "float32") if wide else magnitudes
+    saturated = ops.clip(magnitudes, 0.0, float(np.finfo(np.float32).max))
+    a32 = ops.to_dtype(saturated, "float32") if wide else magnitudes
     block_bits = ops.block_max(ops.int_view(a32))  # as integers: no flushing
     block_max = ops.float_view(block_bits, a32)
     amax = ops.float_view(max_bits, values)
-    amax = ops.to_dtype(amax, "float32") if wide else amax
-    tensor_scale = amax / np.float32(block_formats.NVFP4_TENSOR_DIVISOR)
+    amax = ops.to_dtype(ops.clip(amax, 0.0, float(np.finfo(np.float32).max)), "float32") if wide else amax
+    tensor_scale = ops.divide(amax, np.float32(block_formats.NVFP4_TENSOR_DIVISOR))
     zero_block = block_bits == 0
-    raw = (block_max / np.float32(6.0)) / tensor_scale
+    raw = ops.divide(ops.divide(block_max, np.float32(6.0)), tensor_scale)
     smallest = np.float32(2.0**block_formats.NVFP4_SCALE_MIN)
     clamped_low = ~zero_block & (raw < smallest)
     clamped_high = ~zero_block & (raw > np.float32(block_formats.NVFP4_SCALE_MAX))
     clamped = ops.clip(ops.where(zero_block, 0 * raw + smallest, raw), smallest, 448.0)
-    exponent = (ops.int_view(clamped) >> 23) - 127
     block_scale = _round_to_element(ops, f32, clamped, -6, 3)  # E4M3, normal here
-    reciprocal = (np.float32(1.0) / tensor_scale) / block_scale
+    exponent = (ops.int_view(block_scale) >> 23) - 127
+    reciprocal = ops.divide(np.float32(1.0) / tensor_scale + 0 * block_scale, block_scale)
     v = ops.where(bits == 0, 0 * a32, a32 * reciprocal)
     q = _round_to_element(ops, f32, v, 0, 1)
     over = q > 6.0
     q = ops.where(over, 0 * q + 6.0, q)
     under = nonzero & (q == 0)
     to_unit = layout.power(ops, -top, values)
-    dequantized = ops.to_float(q, values) * ops.to_float(block_scale * tensor_scale, values)
+    dequantum = ops.to_float(block_scale, values) * ops.to_float(tensor_scale, values)
+    dequantized = ops.to_float(q, values) * dequantum
     signal = magnitudes * to_unit
     error = (magnitudes - dequantized) * to_unit
     scales = ops.where(zero_block, 0 * exponent + n_scales, exponent - row[6])

@@ -82,13 +82,17 @@ def magnitudes(values, bits, sign_mask, inf_bits, mant_bits, out):
             out[i] = (normal if magnitude >= (1 << 23) else tiny) if magnitude < inf_bits else 0.0
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _float32(value):
-    """``value`` rounded to float32 (to nearest, ties to even), as a float64; below
-    float32's normal range by ``rint``, so flush-to-zero mode cannot flush it."""
-    normal = np.float64(np.float32(value))
+    """``value >= 0`` rounded to float32 (to nearest, ties to even), saturating at its
+    largest value, as a float64; below float32's normal range by ``rint``, so flush-to-zero
+    mode cannot flush it."""
+    normal = np.float64(np.float32(min(value, _FLOAT32_MAX)))
     tiny = np.rint(value * 2.0**149) * 2.0**-149
-    return normal if abs(value) >= 2.0**-126 else tiny
+    return normal if value >= 2.0**-126 else tiny
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -181,7 +185,7 @@ def _nvfp4_block(a, lo, hi, tensor_scale, wide, exponent, scale_lo, row):
         raw = _float32(_float32(amax / 6.0) / tensor_scale)
         row[CLAMPED_LOW] += raw < smallest
         row[CLAMPED_HIGH] += raw > 448.0
-        clamped = min(max(raw, smallest), 448.0)
+        clamped = min(max(raw, smallest), 448.0) if raw == raw else smallest  # NaN: none
         step = _power_of_two(_exponent(clamped) - 3)  # E4M3: 3 mantissa bits, normal here
         block_scale = np.rint(clamped / step) * step
         row[SCALES + _exponent(block_scale) - scale_lo] += 1
@@ -223,8 +227,9 @@ def add_chunk(a, offset, row_length, table, tensor_scale, wide, exponent, rows, 
 @numba.njit(cache=True, nogil=True)
 def sums_exponent(amax):
     """The exponent of the sums' units for a tensor whose largest finite magnitude is
-    ``amax``: floor(log2(amax)), at least -1022 (0 for no such value)."""
-    return max(_exponent(amax), -1022) if amax > 0 else 0
+    ``amax``: floor(log2(amax)) within -1022 .. 1022, so that its power of two and the
+    reciprocal are normal (0 for no such value)."""
+    return min(max(_exponent(amax), -1022), 1022) if amax > 0 else 0
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

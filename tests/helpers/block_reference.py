@@ -82,7 +82,8 @@ def block_reference(values: np.ndarray, name: str) -> BlockReference:
     out = BlockReference(0, 0, 0, 0, 0, collections.Counter(), exponent, 0.0, 0.0)
     squares, errors = [], []
     if base == "nvfp4":
-        tensor_scale = np.float32(np.float32(top) / np.float32(448.0 * 6.0))
+        top32 = np.float32(min(top, float(np.finfo(np.float32).max)))
+        tensor_scale = np.float32(top32 / np.float32(448.0 * 6.0))
     for block in _blocks(finite, size):
         if base == "nvfp4":
             dequantized = _nvfp4_block(block, tensor_scale, element, out)
@@ -127,7 +128,7 @@ def _nvfp4_block(block: np.ndarray, tensor_scale, element, out: BlockReference) 
     """torchao's ``nvfp4_quantize`` with ``per_tensor_scale``, step by step in float32."""
     f32 = np.float32
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        block32 = block.astype(f32)
+        block32 = np.minimum(block, float(np.finfo(f32).max)).astype(f32)  # saturating
         amax = block32.max()
         if amax == 0:
             out.zero_blocks += 1
