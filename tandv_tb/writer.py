@@ -32,7 +32,6 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tandv_tb import formats as fmt

@@ -480,7 +480,11 @@ def _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row):
     block_bits = ops.block_max(ops.int_view(a32))  # as integers: no flushing
     block_max = ops.float_view(block_bits, a32)
     amax = ops.float_view(max_bits, values)
-    amax = ops.to_dtype(ops.clip(amax, 0.0, float(np.finfo(np.float32).max)), "float32") if wide else amax
+    amax = (
+        ops.to_dtype(ops.clip(amax, 0.0, float(np.finfo(np.float32).max)), "float32")
+        if wide
+        else amax
+    )
     tensor_scale = ops.divide(amax, np.float32(block_formats.NVFP4_TENSOR_DIVISOR))
     zero_block = block_bits == 0
     raw = ops.divide(ops.divide(block_max, np.float32(6.0)), tensor_scale)

@@ -30,11 +30,18 @@ import os
 
 import numba
 import numpy as np
-from numba.extending import intrinsic
 
 from tandv_tb import block_formats
 from tandv_tb import formats as fmt
 from tandv_tb.stats import _cpu_blocks
+from tandv_tb.stats._bit_ops import (
+    _same_width_add,
+    _same_width_and,
+    _same_width_below,
+    _same_width_at_most,
+    _same_width_max,
+    _same_width_min,
+)
 from tandv_tb.stats.tensor_stats import TensorStats
 
 _CORES = max(1, min(8, os.cpu_count() or 1))
@@ -78,30 +85,6 @@ def _count_keys_of(keys_bits, mant_bits, keys):
         keys[3, keys_bits[i + 3] >> mant_bits] += 1
     for i in range(whole, len(keys_bits)):
         keys[0, keys_bits[i] >> mant_bits] += 1
-
-
-def _same_width(operation):
-    """An intrinsic ``f(a, b)`` of two integers of one type that gives
-    ``operation(builder, a, b)`` (LLVM IR) in their own width: numba widens narrow integer
-    arithmetic to 64 bits, which halves the vector lanes and keeps min/max from
-    vectorising."""
-
-    @intrinsic
-    def same_width(typingctx, a, b):
-        def codegen(context, builder, signature, args):
-            return operation(builder, *args)
-
-        return a(a, a), codegen
-
-    return same_width
-
-
-_same_width_and = _same_width(lambda ir, a, b: ir.and_(a, b))
-_same_width_add = _same_width(lambda ir, a, b: ir.add(a, b))  # wrapping
-_same_width_max = _same_width(lambda ir, a, b: ir.select(ir.icmp_signed(">", a, b), a, b))
-_same_width_min = _same_width(lambda ir, a, b: ir.select(ir.icmp_signed("<", a, b), a, b))
-#: 1 where ``a <= b``, else 0.
-_same_width_at_most = _same_width(lambda ir, a, b: ir.zext(ir.icmp_signed("<=", a, b), a.type))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -350,8 +333,14 @@ def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table):
     widest = _cpu_blocks.SCALES + (table[:, 7].max() if table.shape[0] else 0)
     rows = np.zeros((table.shape[0], widest), np.int64)
     block_sums = np.zeros((table.shape[0], 2))
-    magnitudes = np.empty(_BLOCK if table.shape[0] else 0)
-    blocks = (rows, block_sums, magnitudes)
+    size = _BLOCK if table.shape[0] else 0
+    buffers = (np.empty(size), np.empty(size), np.empty(size), np.empty(size))
+    narrow = (  # per block, then per value (``_cpu_blocks.add_chunk_float32``)
+        np.empty(size, np.int64), np.empty(size, np.float32), np.empty(size, np.float32),
+        np.empty(size), np.empty(size, np.int64), np.empty(size, np.float32),
+        np.empty(size, np.float32), np.empty(size),
+    )  # fmt: skip
+    blocks = (rows, block_sums, buffers, narrow)
     return keys, totals, counts, casts, running, extremes, blocks
 
 
@@ -390,13 +379,19 @@ def _add_block(
         _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, nans + pos_inf + neg_inf, casts)
     table, offset, row_length, tensor_scale, exponent = scaling
     if table.shape[0]:
-        rows, block_sums, buffer = blocks
-        magnitudes = buffer[: len(values)]
-        _cpu_blocks.magnitudes(values, bits, sign_mask, inf_bits, mant_bits, magnitudes)
-        wide = mant_bits == 52
-        _cpu_blocks.add_chunk(
-            magnitudes, offset, row_length, table, tensor_scale, wide, exponent, rows, block_sums
-        )
+        rows, block_sums, buffers, narrow = blocks
+        if mant_bits == 23:
+            _cpu_blocks.add_chunk_float32(
+                values, bits, subnormals, finite == len(values), offset, row_length, table,
+                tensor_scale, exponent, rows, block_sums, narrow,
+            )  # fmt: skip
+        else:
+            magnitudes = buffers[0][: len(values)]
+            _cpu_blocks.magnitudes(values, bits, sign_mask, inf_bits, mant_bits, magnitudes)
+            _cpu_blocks.add_chunk(
+                magnitudes, offset, row_length, table, tensor_scale, True, exponent,
+                rows, block_sums, buffers[1:],
+            )  # fmt: skip
     if finite:
         _add_block_moments(
             values, bits, subnormals, sign_mask, block_extremes[0], finite, mant_bits, bias, running
@@ -425,7 +420,7 @@ def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, table, exponent, sums
         return counts, moments
     # After the element formats' casts: each block format's (underflow, overflow), then
     # each one's zero and clamped blocks and blocks per scale exponent.
-    rows, block_sums, _ = blocks
+    rows, block_sums = blocks[0], blocks[1]
     n_blocks = table.shape[0]
     widths = _cpu_blocks.SCALES - _cpu_blocks.ZERO_BLOCKS + table[:, 7]
     out = np.empty(len(counts) + 2 * n_blocks + widths.sum(), np.int64)
@@ -436,7 +431,9 @@ def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, table, exponent, sums
         out[at + 2 * f + 1] = rows[f, _cpu_blocks.OVER]
     at += 2 * n_blocks
     for f in range(n_blocks):
-        out[at : at + widths[f]] = rows[f, _cpu_blocks.ZERO_BLOCKS : _cpu_blocks.SCALES + table[f, 7]]
+        out[at : at + widths[f]] = rows[
+            f, _cpu_blocks.ZERO_BLOCKS : _cpu_blocks.SCALES + table[f, 7]
+        ]
         at += widths[f]
         moments[10 + 3 * f] = exponent
         moments[11 + 3 * f : 13 + 3 * f] = block_sums[f]
@@ -457,12 +454,11 @@ def _chunk_end(lo, n, offset, row_length, aligned):
 
 @numba.njit(cache=True, nogil=True)
 def _largest_finite(bits, sign_mask, inf_bits):
-    """The bit pattern of the largest finite |x| (0 when none)."""
-    zero = bits.dtype.type(0)
-    largest = zero
+    """The bit pattern of the largest finite |x| (0 when none), in the patterns' width."""
+    largest = _same_width_and(sign_mask, 0)
     for i in range(len(bits)):
-        magnitude = bits[i] & sign_mask
-        largest = max(largest, magnitude if magnitude < inf_bits else zero)
+        magnitude = _same_width_and(bits[i], sign_mask)
+        largest = _same_width_max(largest, _same_width_below(magnitude, inf_bits))
     return np.int64(largest)
 
 
@@ -646,7 +642,9 @@ def compute_cpu(
         return TensorStats.unpack(dtype, formats, *summarise(values, *layout, 0, row_length, amax))
     bounds = np.linspace(0, len(values), parts + 1).astype(np.int64)
     if layout[3].shape[0]:  # on a block boundary: a row's start plus a multiple of a block
-        bounds = bounds // row_length * row_length + bounds % row_length // _SCALE_BLOCK * _SCALE_BLOCK
+        bounds = (
+            bounds // row_length * row_length + bounds % row_length // _SCALE_BLOCK * _SCALE_BLOCK
+        )
     ranges = [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
 
     def run(lo, hi):

@@ -19,7 +19,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from tandv_tb.stats._cpu_kernel import _same_width_and, _same_width_max
+from tandv_tb.stats._bit_ops import _same_width_and, _same_width_max
 
 #: By float format: the magnitude mask and +Inf's pattern, as integers of the width its
 #: patterns are read in.

@@ -78,9 +78,7 @@ class TensorStats(TensorCounts):
         numel, zeros, nans, posinf, neginf = counts[:head].tolist()
         casts_end = head + info.n_bins + 2 * len(formats)
         casts = counts[head + info.n_bins : casts_end]
-        blocks = _unpack_blocks(
-            info, formats, casts, counts[casts_end:], moments[len(MOMENTS) :]
-        )
+        blocks = _unpack_blocks(info, formats, casts, counts[casts_end:], moments[len(MOMENTS) :])
         return cls(
             dtype=info.name,
             numel=numel,

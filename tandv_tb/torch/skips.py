@@ -9,5 +9,3 @@ __all__ = ["UntrackableTensorWarning", "untrackable_reason"]
 
 class UntrackableTensorWarning(UserWarning):
     """A tensor was skipped (tracking goes on without it)."""
-
-

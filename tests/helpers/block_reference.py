@@ -98,7 +98,7 @@ def block_reference(values: np.ndarray, name: str) -> BlockReference:
 
 def _count(block, scaled, element, largest, out: BlockReference) -> np.ndarray:
     """Counts of one block whose magnitudes ``block`` became ``scaled``; the element values."""
-    for x, v in zip(block, scaled):
+    for v in scaled:
         out.overflow += bool(_rounded_up_to_element(float(v), element) > largest)
     quantized = np.minimum(scaled, largest).astype(element).astype(np.float64)
     out.underflow += int(np.count_nonzero((block != 0) & (quantized == 0)))

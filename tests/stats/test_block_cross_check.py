@@ -105,7 +105,7 @@ def _torchao_nvfp4(values: np.ndarray) -> tuple:
     block_scales, packed = nvfp4_quantize(data, 16, tensor_scale)
     elements = f4_unpacked_to_f32(unpack_uint4(packed)).reshape(values.shape).double()
     scales = block_scales.float().double().reshape(values.shape[0], -1, 1)
-    dequantized = (elements.reshape(values.shape[0], -1, 16) * scales * float(tensor_scale))
+    dequantized = elements.reshape(values.shape[0], -1, 16) * scales * float(tensor_scale)
     x = data.double().reshape(dequantized.shape)
     under = int(((x != 0) & (elements.reshape(x.shape) == 0)).sum())
     nonzero = x.abs().amax(-1) > 0

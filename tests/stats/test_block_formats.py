@@ -188,7 +188,9 @@ def test_float64_scales_that_clamp_and_float64_subnormals(source):
     values = huge_and_tiny_float64()
     stats = stats_from(source, values)
     assert_blocks_match(stats, values, rtol=1e-12)
-    assert stats.blocks["mxfp8_e4m3"].clamped_high == 4 and stats.blocks["mxfp4_e2m1"].clamped_low == 4
+    assert (
+        stats.blocks["mxfp8_e4m3"].clamped_high == 4 and stats.blocks["mxfp4_e2m1"].clamped_low == 4
+    )
 
 
 def test_crafted_edges_are_counted_as_the_definitions_say():
@@ -229,7 +231,9 @@ def random_rows(dtype: str, seed: int) -> np.ndarray:
     """Rows of random length whose blocks span many binades, some values zero or NaN."""
     rng = np.random.default_rng(seed)
     rows, length = int(rng.integers(1, 9)), int(rng.integers(1, 120))
-    scale = 2.0 ** rng.integers(-30, 30, size=(rows, 1)) * 2.0 ** rng.integers(-6, 6, (rows, length))
+    scale = 2.0 ** rng.integers(-30, 30, size=(rows, 1)) * 2.0 ** rng.integers(
+        -6, 6, (rows, length)
+    )
     values = rng.standard_normal((rows, length)) * scale
     values[rng.random((rows, length)) < 0.05] = 0.0
     values[rng.random((rows, length)) < 0.01] = np.nan
