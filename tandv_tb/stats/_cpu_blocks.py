@@ -22,6 +22,7 @@ import math
 
 import numba
 import numpy as np
+
 from tandv_tb.block_formats import MX_SCALE_MAX, MX_SCALE_MIN, NVFP4, RCEIL
 from tandv_tb.stats._bit_ops import (
     _same_width_add,

@@ -37,8 +37,8 @@ from tandv_tb.stats import _cpu_blocks
 from tandv_tb.stats._bit_ops import (
     _same_width_add,
     _same_width_and,
-    _same_width_below,
     _same_width_at_most,
+    _same_width_below,
     _same_width_max,
     _same_width_min,
 )
