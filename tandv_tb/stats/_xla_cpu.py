@@ -12,7 +12,7 @@ The handler reads XLA's C structures (``xla/ffi/api/c_api.h``, API 0.x, as shipp
 ``jax.ffi.include_dir()``) as 64-bit words at fixed offsets: the one way for a numba
 ``cfunc`` to be an FFI handler without a C++ build. The fallback that needs none of it, the
 array kernel, left the tracked program's extra cost at 0.40-0.57x of plain training, against
-0.14-0.15x with this call (bench/RESULTS.md, JAX tracker, session 4). It reads the call
+0.14-0.15x with this call (bench/RESULTS.md, JAX tracker). It reads the call
 frame's stage, arguments and results, and each buffer's dtype, data and dims. It answers
 XLA's metadata query with the API version it was written against; registration first
 checks the major version of jax's headers and, if it differs, keeps the array kernel (with
