@@ -447,6 +447,31 @@ def _nvfp4_errors(values, quantized, dequanta, size, unit):
     return total
 
 
+# The loops over whole blocks, compiled apart for each block size (a constant in each: the
+# blocks' loops unroll) and called once a chunk: inlined into one large function, they
+# were left unvectorised.
+@numba.njit(cache=True, nogil=True)
+def _maxima32(bits, nb, finite, maxima):
+    _aligned_blocks(bits, nb, 32, finite, maxima)
+
+
+@numba.njit(cache=True, nogil=True)
+def _maxima16(bits, nb, finite, maxima):
+    _aligned_blocks(bits, nb, 16, finite, maxima)
+
+
+@numba.njit(cache=True, nogil=True)
+def _mx32(values, nb, lows, tops, mant_bits, finite, errors):
+    if finite:  # a constant in each inlined copy: no test in the loop
+        return _aligned_mx(values, nb, 32, lows, tops, mant_bits, True, errors)
+    return _aligned_mx(values, nb, 32, lows, tops, mant_bits, False, errors)
+
+
+@numba.njit(cache=True, nogil=True)
+def _nvfp4_16(values, nb, reciprocals, quantized):
+    return _aligned_nvfp4(values, nb, 16, reciprocals, quantized)
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _mx_raw_scale(pattern, rule, emax, mant_bits, max_mantissa):
     """The MX scale exponent, before clipping, of a block whose largest |x| is the normal
@@ -472,9 +497,9 @@ def _add_aligned(values, bits, subnormals, finite, table_row, tensor_scale, expo
     patterns = scratch[4]  # each block's largest finite |x| (a per-value buffer, free here)
     nb = n // size
     if size == 32:
-        _aligned_blocks(bits, nb, 32, finite, patterns)
+        _maxima32(bits, nb, finite, patterns)
     else:
-        _aligned_blocks(bits, nb, 16, finite, patterns)
+        _maxima16(bits, nb, finite, patterns)
     exact = subnormals > 0
     if rule == NVFP4:
         reciprocal_tensor_scale = _float32(1.0 / tensor_scale)
@@ -487,7 +512,7 @@ def _add_aligned(values, bits, subnormals, finite, table_row, tensor_scale, expo
         if exact:
             return -1, 0, 0.0
         quantized = scratch[5][:n]
-        under, over = _aligned_nvfp4(values, nb, 16, lows, quantized)
+        under, over = _nvfp4_16(values, nb, lows, quantized)
         return under, over, _nvfp4_errors(values[:n], quantized, wide, 16, unit)
     if exact:  # a subnormal maximum is no float32 normal: count the scales the general way
         for k in range(nb):
@@ -513,10 +538,7 @@ def _add_aligned(values, bits, subnormals, finite, table_row, tensor_scale, expo
     if exact:
         return -1, 0, 0.0
     errors = scratch[5][:n]
-    if finite:  # a constant in each inlined copy: no test in the loop
-        under, over = _aligned_mx(values, nb, 32, lows, tops, mant_bits, True, errors)
-    else:
-        under, over = _aligned_mx(values, nb, 32, lows, tops, mant_bits, False, errors)
+    under, over = _mx32(values, nb, lows, tops, mant_bits, finite, errors)
     return under, over, _sum(errors, unit)
 
 
