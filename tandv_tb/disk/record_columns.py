@@ -272,7 +272,7 @@ class _Facts:
 
 #: Why a stored vector is refused, in the order the reasons are told: a row's code is 0
 #: when it is kept, else 1 + the index of the first check it fails.
-CHECKS = ("short", "dtype", "length", "negative", "total", "range", "statistics", "blocks")
+CHECKS = ("short", "dtype", "length", "blocks", "negative", "total", "range", "statistics")
 
 
 def _first_failed(facts: _Facts, n_formats: np.ndarray) -> np.ndarray:
@@ -286,7 +286,9 @@ def _first_failed(facts: _Facts, n_formats: np.ndarray) -> np.ndarray:
         "short": facts.n_values < HEADER,
         "dtype": ~known,
         "length": (n_bins < 0)
+        | (n_bins > facts.n_values)  # (and no overflow in the sum below)
         | (facts.n_values < HEADER + n_bins + 2 * n_formats + len(STATISTICS)),
+        "blocks": facts.bad_blocks.astype(bool),  # what follows the statistics
         "negative": (header[:, 1 : 1 + len(COUNTS)] < 0).any(axis=1)
         | (facts.negative_bins > 0)
         | (facts.negative_casts > 0),
@@ -295,7 +297,6 @@ def _first_failed(facts: _Facts, n_formats: np.ndarray) -> np.ndarray:
         & ((lo < _MIN_EXPONENT[known_codes]) | (lo + n_bins - 1 > _MAX_EXPONENT[known_codes])),
         "statistics": (codes != _FLOAT64_CODE)
         & ((facts.stat_min < 0) | (facts.stat_max > 0xFFFFFFFF)),
-        "blocks": facts.bad_blocks.astype(bool),
     }
     return np.select([failed[check] for check in CHECKS], np.arange(1, len(CHECKS) + 1), 0)
 

@@ -227,7 +227,7 @@ def test_encode_refuses_mismatched_formats_and_unknown_dtypes():
         (lambda a: a.astype(np.float64), "1-D integer vector"),
         (lambda a: a[:5], "at least"),
         (lambda a: a[:-1], "values, got"),
-        (lambda a: np.concatenate([a, [0]]), "values, got"),
+        (lambda a: np.concatenate([a, [0]]), "block formats section"),
         (lambda a: np.concatenate([[99], a[1:]]), "unknown dtype code 99"),
         (lambda a: np.concatenate([a[:1], [a[1] + 1], a[2:]]), "add up to"),
         (lambda a: np.concatenate([a[:6], [1100 + 500], a[7:]]), "outside"),
