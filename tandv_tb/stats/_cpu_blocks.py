@@ -12,8 +12,9 @@ arithmetic, each operation done in float64 and rounded to float32 by ``_float32`
 float64 holds twice float32's precision and more, so no result is rounded twice wrongly).
 
 A format's counts are a flat int64 row: underflow, overflow, zero blocks, blocks clamped
-low, clamped high, then blocks per scale exponent; its sums: the squares of the values and
-of their errors, in units of ``4**exponent`` (``exponent`` the same for all formats).
+low, clamped high, then blocks per scale exponent; its sum: the squares of the errors, in
+units of ``4**exponent`` (``exponent`` the same for all formats). The signal, the squares of
+the values, is the moments' sum that ``_cpu_kernel`` keeps anyway.
 """
 
 from __future__ import annotations
@@ -186,13 +187,12 @@ def _nvfp4_scale(amax, tensor_scale, scale_lo, row):
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def add_chunk(a, offset, row_length, table, tensor_scale, wide, exponent, rows, sums, scratch):
-    """Adds the block formats' counts (``rows[f]``) and sums (``sums[f]``: signal, error)
+    """Adds the block formats' counts (``rows[f]``) and sums of squared errors (``sums[f]``)
     of the magnitudes ``a`` of one chunk, whose first value lies ``offset`` values into its
     row of ``row_length``; ``table`` describes the formats (``BlockFormat.kernel_row``);
     ``scratch`` holds three float64 arrays at least as long as ``a``."""
     n = len(a)
     unit = math.ldexp(1.0, -exponent)
-    signal = _sum(a, unit)
     first, second, errors = scratch[0][:n], scratch[1][:n], scratch[2][:n]
     reciprocal_tensor_scale = _float32(1.0 / tensor_scale)
     for f in range(table.shape[0]):
@@ -217,8 +217,7 @@ def add_chunk(a, offset, row_length, table, tensor_scale, wide, exponent, rows, 
             under, over = _quantize(a, first, unit, emin, mant_bits, largest, errors)
         row[UNDER] += under
         row[OVER] += over
-        sums[f, 0] += signal
-        sums[f, 1] += _sum(errors, 1.0)
+        sums[f] += _sum(errors, 1.0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -279,18 +278,6 @@ def _quantize_float32_bits(values, bits, reciprocals, dequanta, exponent, errors
         element = math.ldexp(np.float64(q), low + shift) if q != 0 else 0.0
         errors[i] = (np.float64(x) - element * dequanta[i]) * unit
     return under, over
-
-
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-def _sum_finite(values, bits, unit):
-    """The sum of (x * unit)**2 over the finite float32 ``values`` (``bits`` their
-    patterns), in float64 and in any order."""
-    total = 0.0
-    for i in range(len(values)):
-        finite = (bits[i] & 0x7FFFFFFF) < 0x7F800000
-        s = np.float64(values[i]) * unit if finite else 0.0
-        total += s * s
-    return total
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -557,7 +544,6 @@ def add_chunk_float32(
     in integers (``_exact_values``)."""
     n = len(values)
     unit = math.ldexp(1.0, -exponent)
-    signal = _sum_finite(values, bits, unit)
     per_block = scratch[0]
     lows, tops, dequanta = scratch[5][:n], scratch[6][:n], scratch[7][:n]
     reciprocal_tensor_scale = _float32(1.0 / tensor_scale)
@@ -608,8 +594,7 @@ def add_chunk_float32(
                 under, over, error = _mx_values(values, lows, tops, mant_bits, unit)
         row[UNDER] += under
         row[OVER] += over
-        sums[f, 0] += signal
-        sums[f, 1] += error
+        sums[f] += error
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

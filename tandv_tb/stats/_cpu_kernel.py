@@ -332,7 +332,7 @@ def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table):
     extremes = np.array((0, inf_bits, inf_bits), dtype=np.int64)  # largest, smallest, nonzero
     widest = _cpu_blocks.SCALES + (table[:, 7].max() if table.shape[0] else 0)
     rows = np.zeros((table.shape[0], widest), np.int64)
-    block_sums = np.zeros((table.shape[0], 2))
+    block_sums = np.zeros(table.shape[0])
     size = _BLOCK if table.shape[0] else 0
     buffers = (np.empty(size), np.empty(size), np.empty(size), np.empty(size))
     narrow = (  # per block, then per value (``_cpu_blocks.add_chunk_float32``)
@@ -436,7 +436,10 @@ def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, table, exponent, sums
         ]
         at += widths[f]
         moments[10 + 3 * f] = exponent
-        moments[11 + 3 * f : 13 + 3 * f] = block_sums[f]
+        # The signal, the sum of the finite values' squares, is the moments' (``running``).
+        signal = running[4] * math.ldexp(1.0, 2 * int(running[0] - exponent))
+        moments[11 + 3 * f] = signal if running[0] > _NO_SCALE else 0.0
+        moments[12 + 3 * f] = block_sums[f]
     return out, moments
 
 
