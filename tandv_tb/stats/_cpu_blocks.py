@@ -1,15 +1,25 @@
 """The CPU kernel's block-scaled formats (``tandv_tb.block_formats``): compiled (numba) loops
 over one cached chunk of values, called by ``_cpu_kernel`` while the chunk is in the cache.
 
-Every value is first taken as its exact magnitude in float64 (``magnitudes``: non-finite
-values as 0, float32 subnormals through their bit patterns, so a CPU in flush-to-zero mode
-counts them all the same). Each format then walks the chunk's blocks (chunks begin and end
-on block boundaries, ``_cpu_kernel`` sees to it): the block's largest magnitude gives its
-scale, and each value divided by the scale is rounded to the element format in float64,
-``rint(v / q) * q`` with ``q`` the element's quantum at ``v``'s exponent (exact: powers of
-two), which is round to nearest, ties to even. nvfp4's scales follow torchao's float32
-arithmetic, each operation done in float64 and rounded to float32 by ``_float32`` (exact:
-float64 holds twice float32's precision and more, so no result is rounded twice wrongly).
+Chunks begin and end on block boundaries (``_cpu_kernel`` sees to it). For each format the
+blocks' largest finite magnitudes give their scales (counted: zero, clamped, per exponent),
+then each value divided by its block's scale is rounded to the element format as
+``rint(v / q) * q``, ``q`` the element's quantum at ``v``'s exponent (exact: powers of two),
+which is round to nearest, ties to even. Three paths, all exact:
+
+- float32 chunks (every dtype but float64) without subnormals, whose scales keep the
+  element's quanta in float32's normal range: in float32, 8 lanes, bit operations kept in
+  32 bits (``_bit_ops``); over whole consecutive blocks (rows of a multiple of 32 values:
+  ``_add_aligned``) or any rows (``add_chunk_float32``);
+- other float32 chunks: in integers on the bit patterns (``_quantize_bits``,
+  ``_quantize_float32_bits``), so that a CPU in flush-to-zero mode (XLA's threads) counts
+  subnormals all the same;
+- float64 arrays: in float64 from their exact magnitudes (``magnitudes``, ``add_chunk``).
+
+nvfp4's scales follow torchao's float32 arithmetic, each operation done in float64 and
+rounded to float32 by ``_float32`` (float64 holds more than twice float32's precision, so
+no result is rounded twice wrongly); its elements are the float32 products of the values
+and the block's reciprocal, as torchao's.
 
 A format's counts are a flat int64 row: underflow, overflow, zero blocks, blocks clamped
 low, clamped high, then blocks per scale exponent; its sum: the squares of the errors, in
