@@ -5,8 +5,8 @@ formats' exact casts, and nothing refuses the run."""
 from __future__ import annotations
 
 import numpy as np
-from tandv_tb.numerics_db import NumericsDB
 
+from tandv_tb.store import NumericsStore
 from tandv_tb.writer import NumericsWriter
 
 
@@ -17,7 +17,7 @@ def test_a_run_with_block_formats_is_stored_whole(tmp_path):
         for step in range(5):
             values = (rng.standard_normal((4, 64)) * 300).astype(np.float32)
             writer.add_numerics("layers.0", values, step)
-    db = NumericsDB(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
+    db = NumericsStore(str(tmp_path / "logs"), tmp_path / "c", refresh_secs=0)
     try:
         db.refresh("blocks")
         tag_id, info, _ = db.tags("blocks")["tandv/Activation/layers.0"]
