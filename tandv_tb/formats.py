@@ -1,7 +1,8 @@
 """Float dtypes and low-precision formats: exponent ranges and exact cast thresholds.
 
 A *format* (or dtype) is any name ``ml_dtypes.finfo`` accepts: ``float32``, ``bfloat16``,
-``float8_e4m3fn``, ``float4_e2m1fn``, ...
+``float8_e4m3fn``, ``float4_e2m1fn``, ... ``formats=`` also takes the block-scaled formats
+of ``tandv_tb.block_formats``; ``check_formats`` is the one place names are checked.
 
 ``underflow[F]`` and ``overflow[F]`` (docs/contract.md) are decided by thresholds found with
 ml_dtypes itself: casting is monotone in each sign, so for a source dtype D the values that
@@ -23,6 +24,8 @@ import sys
 import ml_dtypes
 import numpy as np
 
+from tandv_tb import block_formats
+
 #: The low-precision formats the dashboards overlay when nothing else is asked for.
 DEFAULT_OVERLAYS = ("float8_e4m3fn", "float8_e5m2")
 
@@ -41,6 +44,39 @@ def numpy_dtype(name: str) -> np.dtype:
             "such as 'float32', 'bfloat16' or 'float8_e4m3fn'"
         ) from None
     return dtype
+
+
+def check_formats(formats: object) -> tuple[str, ...]:
+    """The canonical names of the formats given to ``formats=`` (one name or a sequence):
+    element formats by their ml_dtypes names, then block formats (``tandv_tb.block_formats``),
+    each in the order given, repeats dropped. ``ValueError`` naming the first unknown one."""
+    if isinstance(formats, str):
+        formats = (formats,)
+    try:
+        names = tuple(formats)
+    except TypeError:
+        raise TypeError(
+            f"formats must be a format name or a sequence of them, got {formats!r}"
+        ) from None
+    return _canonical_formats(names)
+
+
+@functools.cache
+def _canonical_formats(names: tuple) -> tuple[str, ...]:
+    elements, blocks = split_formats(tuple(dict.fromkeys(map(_canonical_format, names))))
+    return elements + blocks
+
+
+def _canonical_format(name: object) -> str:
+    if block_formats.is_block_format(name):
+        return block_formats.block_format(name).name
+    return numpy_dtype(name).name
+
+
+def split_formats(formats: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(element formats, block formats) of canonical names, each in the order given."""
+    blocks = tuple(f for f in formats if block_formats.is_block_format(f))
+    return tuple(f for f in formats if f not in blocks), blocks
 
 
 def canonical_name(dtype: object) -> str:

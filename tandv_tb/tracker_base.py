@@ -8,7 +8,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from tandv_tb.stats.engine import check_formats
+from tandv_tb.formats import check_formats
 from tandv_tb.tracking import Patterns, Selection, check_every, default_logdir, is_tracked_step
 from tandv_tb.writer import NumericsWriter
 

@@ -32,7 +32,6 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tandv_tb import formats as fmt
@@ -68,33 +67,13 @@ def _check_step(step: object) -> int:
 
 
 def check_float_tensor(tensor: object) -> None:
-    """``TypeError`` naming what it got unless ``tensor`` is a float tensor/array with data."""
-    if tensor is None or isinstance(tensor, (str, bytes)):
-        raise TypeError(
-            "add_numerics needs a float tensor (torch tensor, jax array or numpy array), "
-            f"got {tensor!r}"
-        )
-    dtype = getattr(tensor, "dtype", None)
-    if dtype is None:
-        raise TypeError(
-            "add_numerics needs a float tensor (torch tensor, jax array or numpy array), "
-            f"got a {type(tensor).__name__}"
-        )
-    if getattr(tensor, "is_meta", False):
-        raise TypeError(
-            f"add_numerics got a meta tensor (shape {tuple(tensor.shape)}, {dtype}): it has "
-            "no data to summarise"
-        )
-    try:
-        name = fmt.canonical_name(dtype)
-        is_float = np.dtype(fmt.numpy_dtype(name)).kind not in "biuc"
-    except (TypeError, ValueError):
-        is_float = False
-    if not is_float:
-        raise TypeError(
-            f"add_numerics needs a floating-point tensor, got a {type(tensor).__name__} of "
-            f"dtype {dtype}"
-        )
+    """``TypeError`` naming what it got unless ``tensor`` is a float tensor/array with data
+    (``stats.inputs.untrackable_reason``)."""
+    from tandv_tb.stats.inputs import untrackable_reason
+
+    reason = untrackable_reason(tensor)
+    if reason is not None:
+        raise TypeError(f"add_numerics needs a float tensor with values: {reason}")
 
 
 def _user_writer_kind(writer: object) -> str | None:
@@ -173,7 +152,7 @@ class NumericsWriter:
     Exactly one of ``logdir`` (a new event file there) and ``writer`` (a
     ``torch.utils.tensorboard.SummaryWriter`` or ``tensorboardX.SummaryWriter``) is given.
     ``formats`` are the low-precision formats whose exact under/overflow ``add_numerics``
-    records.
+    records: element formats and block-scaled ones (``formats.check_formats``).
     """
 
     def __init__(
@@ -181,9 +160,7 @@ class NumericsWriter:
     ) -> None:
         if (logdir is None) == (writer is None):
             raise ValueError("give exactly one of logdir and writer")
-        if isinstance(formats, str):
-            formats = (formats,)
-        self.formats = tuple(fmt.numpy_dtype(f).name for f in formats)
+        self.formats = fmt.check_formats(formats)
         self._lock = threading.Lock()
         self._tags: dict[tuple[str, str], TagInfo] = {}
         self._described: set[tuple[str, str]] = set()  # tags whose metadata were written
@@ -284,6 +261,7 @@ class NumericsWriter:
                         module_type=item.module_type or "",
                         order=len(self._tags) if item.order is None else int(item.order),
                         formats=tuple(item.record.underflow),
+                        block_formats=tuple(item.record.blocks),
                     )
                 values.append(numerics_value(info, item.record, key not in self._described))
                 keys.append(key)

@@ -71,9 +71,10 @@ def scan_records(data, sizes, n_formats, header_len, n_stats, with_bins):
     facts the format's rule (``record_columns``) judges and the parts of each row: (values
     per row (-1 for none or a cut or over-long varint), headers (zeros when shorter), body
     facts (``NEGATIVE_BINS``...), statistics' bit patterns, bin_starts, bins (if
-    ``with_bins``), cast_starts, casts); the last five are zeros (none) for a row whose
-    announced parts do not fit it. Each row is decoded into a small buffer, so the values
-    are written once, where they belong."""
+    ``with_bins``), cast_starts, casts, tail_starts, tails: the values after the
+    statistics); the last seven are zeros (none) for a row whose announced parts do not fit
+    it. Each row is decoded into a small buffer, so the values are written once, where they
+    belong."""
     n_rows = len(sizes)
     decoded = np.empty(max(sizes.max(), 0) if n_rows else 0, dtype=np.uint64)
     values = decoded.view(np.int64)
@@ -87,9 +88,12 @@ def scan_records(data, sizes, n_formats, header_len, n_stats, with_bins):
     casts = np.zeros(cast_starts[n_rows], dtype=np.int64)
     bin_starts = np.zeros(n_rows + 1, dtype=np.int64)
     bins = np.empty(len(data) if with_bins else 0, dtype=np.int64)  # at most one a byte
+    tail_starts = np.zeros(n_rows + 1, dtype=np.int64)
+    tails = np.empty(len(data), dtype=np.int64)
     pos = 0
     for row in range(n_rows):
         bin_starts[row + 1] = bin_starts[row]
+        tail_starts[row + 1] = tail_starts[row]
         if sizes[row] < 0:
             continue
         end = pos + sizes[row]
@@ -147,5 +151,13 @@ def scan_records(data, sizes, n_formats, header_len, n_stats, with_bins):
             low, high = min(low, values[at + k]), max(high, values[at + k])
             stat_bits[row, k] = values[at + k]
         body[row, STAT_MIN], body[row, STAT_MAX] = low, high
+        at += n_stats
+        for k in range(n - at):
+            tails[tail_starts[row] + k] = values[at + k]
+        tail_starts[row + 1] += n - at
     bins = bins[: bin_starts[n_rows]] if with_bins else bins
-    return n_values, header, body, stat_bits, bin_starts, bins, cast_starts, casts
+    tails = tails[: tail_starts[n_rows]]
+    return (
+        n_values, header, body, stat_bits, bin_starts, bins, cast_starts, casts, tail_starts,
+        tails,
+    )  # fmt: skip

@@ -2,18 +2,24 @@
 
 TensorBoard keeps a tag's ``SummaryMetadata`` from the tag's *first* event only, so the
 metadata holds only what is fixed for the tag's life: the tensor's name and type, the
-module type, its order in the model and the formats whose under/overflow is recorded.
+module type, its order in the model, the element formats whose under/overflow is recorded
+and the block-scaled formats recorded (``tandv_tb.block_formats``).
 It is stored as compact JSON in ``plugin_data.content``::
 
     {"version": 2, "name": "layers.0.attn.wq", "tensor_type": "Activation",
      "module_type": "Linear", "order": 3, "formats": ["float8_e4m3fn"]}
 
+A tag that records block formats lists them in ``"block_formats"`` and has version 3:
+its steps' vectors end with a section for them (``tandv_tb.disk.summary``), which a reader
+of version 2 would not know to read, so it refuses the tag. Tags without block formats are
+written as version 2, which every reader since reads.
+
 Readers take the name and tensor type from here, never by parsing the tag string. A tag
 of another kind (``"kind": "nonfinite"``, the non-finite watch's record, see
 ``tandv_tb.disk.nonfinite_record``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
 ``NotNumerics``, which readers skip silently. The version says how each step's tensor is
-stored (see ``tandv_tb.disk.summary``): 1 as ``int64_val``, 2 (written since) as varint bytes;
-this version reads both, and refuses newer ones.
+stored (see ``tandv_tb.disk.summary``): 1 as ``int64_val``, 2 (written since) as varint bytes,
+3 as 2 with a block formats section; this version reads all three, and refuses newer ones.
 """
 
 from __future__ import annotations
@@ -24,8 +30,13 @@ import re
 
 from tensorboard.compat.proto import summary_pb2
 
+from tandv_tb import block_formats as blocks
+
 PLUGIN_NAME = "tandv"
-PLUGIN_DATA_VERSION = 2
+#: The newest version this tandv_tb reads and writes (3: with block formats).
+PLUGIN_DATA_VERSION = 3
+#: The version written for tags without block formats (readable by older tandv_tb).
+PLAIN_VERSION = 2
 #: ``kind`` of the numerics tags (also implied by no ``kind``) and of the watch's record.
 NUMERICS_KIND = "numerics"
 NONFINITE_KIND = "nonfinite"
@@ -146,7 +157,9 @@ class TagInfo:
     module_type: str = ""
     order: int = 0
     formats: tuple[str, ...] = ()
-    version: int = PLUGIN_DATA_VERSION
+    block_formats: tuple[str, ...] = ()
+    #: The version it was read with (informational: a tag is the same at any version).
+    version: int = dataclasses.field(default=PLUGIN_DATA_VERSION, compare=False)
 
     @property
     def tag(self) -> str:
@@ -154,7 +167,12 @@ class TagInfo:
 
     def to_metadata(self) -> summary_pb2.SummaryMetadata:
         return create_summary_metadata(
-            self.name, self.tensor_type, self.module_type, self.order, self.formats
+            self.name,
+            self.tensor_type,
+            self.module_type,
+            self.order,
+            self.formats,
+            self.block_formats,
         )
 
 
@@ -164,16 +182,20 @@ def create_summary_metadata(
     module_type: str = "",
     order: int = 0,
     formats: tuple[str, ...] | list[str] = (),
+    block_formats: tuple[str, ...] | list[str] = (),
 ) -> summary_pb2.SummaryMetadata:
-    """The ``SummaryMetadata`` of one numerics tag (``DATA_CLASS_TENSOR``)."""
+    """The ``SummaryMetadata`` of one numerics tag (``DATA_CLASS_TENSOR``): version 3
+    where it records block formats, else 2."""
     content = {
-        "version": PLUGIN_DATA_VERSION,
+        "version": PLUGIN_DATA_VERSION if block_formats else PLAIN_VERSION,
         "name": name,
         "tensor_type": tensor_type,
         "module_type": module_type,
         "order": int(order),
         "formats": list(formats),
     }
+    if block_formats:
+        content["block_formats"] = list(block_formats)
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(
             plugin_name=PLUGIN_NAME,
@@ -233,11 +255,23 @@ def parse_plugin_metadata(content: bytes) -> TagInfo:
     formats = data.get("formats", [])
     if not isinstance(formats, list) or not all(isinstance(f, str) for f in formats):
         raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad formats {formats!r}")
+    block_formats = data.get("block_formats", []) if version >= 3 else []
+    if not isinstance(block_formats, list) or not all(
+        blocks.is_block_format(f) for f in block_formats
+    ):
+        raise ValueError(
+            f"malformed {PLUGIN_NAME} plugin metadata: bad block_formats {block_formats!r}"
+        )
+    try:
+        block_formats = [blocks.block_format(f).name for f in block_formats]
+    except ValueError as error:
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: {error}") from None
     return TagInfo(
         name=data["name"],
         tensor_type=data["tensor_type"],
         module_type=data["module_type"],
         order=data["order"],
         formats=tuple(formats),
+        block_formats=tuple(block_formats),
         version=version,
     )

@@ -25,7 +25,7 @@ from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, 
 
 from tandv_tb.disk.metadata import (
     NONFINITE_KIND,
-    PLUGIN_DATA_VERSION,
+    PLAIN_VERSION,
     PLUGIN_NAME,
     execution_phase,
 )
@@ -85,7 +85,7 @@ def entries_from_stats(results: Iterable[tuple[str, str, object]]) -> list[Nonfi
 
 
 def _metadata() -> summary_pb2.SummaryMetadata:
-    content = {"version": PLUGIN_DATA_VERSION, "kind": NONFINITE_KIND}
+    content = {"version": PLAIN_VERSION, "kind": NONFINITE_KIND}
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(
             plugin_name=PLUGIN_NAME,

@@ -2,6 +2,8 @@
 
 ``STATISTICS`` and ``COUNTS`` are the contract's scalar statistics and counts, in their
 stored order (``summary`` stores a record; the engine's ``TensorStats.to_record`` makes one).
+``BlockCounts`` holds what is recorded for one block-scaled format
+(``tandv_tb.block_formats``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,86 @@ class TensorCounts:
 
 
 @dataclasses.dataclass
+class BlockCounts:
+    """What a tensor does in one block-scaled format (``tandv_tb.block_formats``): exact
+    counts, the blocks' scale exponents and the quantization error.
+
+    ``scales[i]`` is the number of blocks holding a finite non-zero value whose scale
+    exponent is ``scale_lo + i``; ``zero_blocks`` are the other blocks. ``signal`` and
+    ``error`` are the sums of squares of the finite values and of their quantization errors
+    (value less dequantized value), both in units of ``4**exponent``: only their ratio and
+    sums of them (``merge``) mean anything, and no power of two overflows.
+    """
+
+    underflow: int
+    overflow: int
+    zero_blocks: int
+    clamped_low: int
+    clamped_high: int
+    scale_lo: int
+    scales: np.ndarray
+    exponent: int
+    signal: float
+    error: float
+
+    @property
+    def blocks(self) -> int:
+        """Every block of the tensor."""
+        return int(self.scales.sum()) + self.zero_blocks
+
+    @property
+    def snr_db(self) -> float:
+        """Signal-to-noise ratio in dB, ``10 log10(signal / error)``: Inf where nothing is
+        lost, NaN where there is no signal."""
+        if not self.signal > 0:
+            return math.nan
+        if self.error == 0:
+            return math.inf
+        return 10.0 * math.log10(self.signal / self.error)
+
+    def merge(self, other: BlockCounts) -> BlockCounts:
+        """The counts of both tensors together (sums at the larger ``exponent``)."""
+        lo = min(self.scale_lo, other.scale_lo)
+        hi = max(self.scale_lo + len(self.scales), other.scale_lo + len(other.scales))
+        scales = np.zeros(max(hi - lo, 0), dtype=np.int64)
+        for part in (self, other):
+            scales[part.scale_lo - lo : part.scale_lo - lo + len(part.scales)] += part.scales
+        exponent = max(self.exponent, other.exponent)
+        a = math.ldexp(1.0, 2 * (self.exponent - exponent))
+        b = math.ldexp(1.0, 2 * (other.exponent - exponent))
+        return BlockCounts(
+            underflow=self.underflow + other.underflow,
+            overflow=self.overflow + other.overflow,
+            zero_blocks=self.zero_blocks + other.zero_blocks,
+            clamped_low=self.clamped_low + other.clamped_low,
+            clamped_high=self.clamped_high + other.clamped_high,
+            scale_lo=lo,
+            scales=scales,
+            exponent=exponent,
+            signal=self.signal * a + other.signal * b,
+            error=self.error * a + other.error * b,
+        )
+
+    def trimmed(self) -> BlockCounts:
+        """The same counts with ``scales`` cut to its non-empty range (``scale_lo`` 0 when
+        it is all empty)."""
+        nonzero = np.flatnonzero(self.scales)
+        if len(nonzero) == 0:
+            return dataclasses.replace(self, scale_lo=0, scales=np.zeros(0, dtype=np.int64))
+        first, last = int(nonzero[0]), int(nonzero[-1])
+        return dataclasses.replace(
+            self, scale_lo=self.scale_lo + first, scales=self.scales[first : last + 1].copy()
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BlockCounts):
+            return NotImplemented
+        mine, theirs = dataclasses.asdict(self), dataclasses.asdict(other)
+        same_scales = np.array_equal(mine.pop("scales"), theirs.pop("scales"))
+        return same_scales and all(_same_float(mine[k], theirs[k]) for k in mine)
+
+
+@dataclasses.dataclass
 class NumericsRecord(TensorCounts):
     """One tracked tensor at one step: what is stored on disk and served.
 
@@ -52,7 +134,8 @@ class NumericsRecord(TensorCounts):
     ``floor(log2|x|) == bins_lo + i``; only the non-empty range is kept (``counts`` is
     empty when there is no such value). ``statistics`` maps every name of ``STATISTICS`` to
     a float (NaN where undefined); ``underflow``/``overflow`` map format names to exact
-    counts for the formats recorded at tracking time.
+    counts for the element formats recorded at tracking time, ``blocks`` the block-scaled
+    formats recorded to their ``BlockCounts``.
     """
 
     bins_lo: int
@@ -60,6 +143,7 @@ class NumericsRecord(TensorCounts):
     statistics: dict[str, float]
     underflow: dict[str, int] = dataclasses.field(default_factory=dict)
     overflow: dict[str, int] = dataclasses.field(default_factory=dict)
+    blocks: dict[str, BlockCounts] = dataclasses.field(default_factory=dict)
 
     def exponent_histogram(self) -> dict[int, int]:
         """``{n: count}`` for every non-empty bin."""
@@ -74,7 +158,8 @@ class NumericsRecord(TensorCounts):
             _same_float(self.statistics[k], other.statistics.get(k, math.nan)) for k in STATISTICS
         )
         mine.pop("statistics"), theirs.pop("statistics")
-        return same_counts and same_stats and mine == theirs
+        mine.pop("blocks"), theirs.pop("blocks")
+        return same_counts and same_stats and mine == theirs and self.blocks == other.blocks
 
 
 def _same_float(a: float, b: float) -> bool:

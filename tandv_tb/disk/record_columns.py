@@ -4,12 +4,14 @@ pass (``kernels.scan_records``) or, for small inputs, a handful of numpy operati
 
 Each record is the int64 vector of ``tandv_tb.disk.summary`` stored as varint bytes:
 ``[dtype_code, numel, zero, nan, posinf, neginf, bins_lo + BINS_OFFSET, n_bins, *counts,
-*(underflow, overflow) per format, *9 statistics]``. A record is kept only when
-it passes the checks of the format (whole varints, at least the header, known dtype,
-length as announced, no negative count, counts that add up, bins in the dtype's range,
-float32 statistics as uint32 patterns): the one rule, ``_first_failed``, written once. Both
-decoders only gather the facts it judges (``_Facts``); ``decode_vector`` (and so
-``decode_tensor``) names the first check a single record fails.
+*(underflow, overflow) per format, *9 statistics, *block formats section]``. A record is
+kept only when it passes the checks of the format (whole varints, at least the header,
+known dtype, length as announced, no negative count, counts that add up, bins in the
+dtype's range, float32 statistics as uint32 patterns, a well-formed block formats section):
+the one rule, ``_first_failed``, written once. Both decoders only gather the facts it
+judges (``_Facts``); ``decode_vector`` (and so ``decode_tensor``) names the first check a
+single record fails. The block formats section is self-describing, so callers that know
+nothing of block formats read such records all the same (without it).
 """
 
 from __future__ import annotations
@@ -21,12 +23,24 @@ import numpy as np
 from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata, small_loops
 from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
-from tandv_tb.disk.summary import BINS_OFFSET, HEADER, stored_vector
+from tandv_tb.disk.record import COUNTS, STATISTICS, BlockCounts, NumericsRecord
+from tandv_tb.disk.summary import (
+    BINS_OFFSET,
+    BLOCK_HEAD,
+    HEADER,
+    SCALE_OFFSET,
+    stored_vector,
+)
 
 _FLOAT64_CODE = metadata.DTYPE_CODES.index("float64")
 _MIN_EXPONENT = np.array([fmt.info(d).min_exponent for d in metadata.DTYPE_CODES])
 _MAX_EXPONENT = np.array([fmt.info(d).max_exponent for d in metadata.DTYPE_CODES])
+#: Bounds of a block formats section: formats in one (every name with either scale rule),
+#: scale exponents (E8M0's), and the sums' unit exponent as stored (BINS_OFFSET + e).
+_MAX_BLOCK_FORMATS = 64
+_SCALE_MIN, _SCALE_MAX = -127, 127
+_MAX_STORED_EXPONENT = 2 * BINS_OFFSET
+_FLOAT64_INF_BITS = 0x7FF0000000000000
 
 
 @dataclasses.dataclass
@@ -36,7 +50,8 @@ class DecodedRows:
     ``kept[i]`` is the input row of decoded row i. Row i's bins (unless left out) are
     ``bins[bin_starts[i]:bin_starts[i + 1]]`` (from exponent ``bins_lo[i]``); its casts are
     ``casts[cast_starts[i]:cast_starts[i + 1]]``, (underflow, overflow) pairs in the tag's
-    format order."""
+    format order; its block formats section ``tails[tail_starts[i]:tail_starts[i + 1]]``
+    (empty when it has none; ``to_record`` reads it)."""
 
     kept: np.ndarray  # int64[K]
     dtype_codes: np.ndarray  # int64[K]
@@ -47,38 +62,52 @@ class DecodedRows:
     bins: np.ndarray | None  # int64; None when not asked for
     cast_starts: np.ndarray  # int64[K + 1]
     casts: np.ndarray  # int64
+    tail_starts: np.ndarray  # int64[K + 1]
+    tails: np.ndarray  # int64
 
     def __len__(self) -> int:
         return len(self.kept)
 
 
 def decode_rows(
-    contents: np.ndarray, sizes: np.ndarray, n_formats: np.ndarray, *, with_bins: bool = True
+    contents: np.ndarray,
+    sizes: np.ndarray,
+    n_formats: np.ndarray,
+    *,
+    with_bins: bool = True,
+    n_blocks: np.ndarray | None = None,
 ) -> DecodedRows:
     """Decode the varint records laid end to end in ``contents`` (``sizes[i]`` bytes each,
-    -1 for a row without a stored vector; ``n_formats[i]`` formats in its tag): small
-    well-formed inputs in numpy (``small_loops``), others in one compiled pass. Without
-    ``with_bins`` the bins are checked but not kept (``bins`` is None): copying them is
-    most of the compiled pass's writes, and the store reads them from the files later."""
+    -1 for a row without a stored vector; ``n_formats[i]`` formats in its tag, and, where
+    given, ``n_blocks[i]`` block formats, which its section must hold): small well-formed
+    inputs in numpy (``small_loops``), others in one compiled pass. Without ``with_bins``
+    the bins are checked but not kept (``bins`` is None): copying them is most of the
+    compiled pass's writes, and the store reads them from the files later."""
     sizes = np.asarray(sizes, dtype=np.int64)
     n_formats = np.asarray(n_formats, dtype=np.int64)
+    n_blocks = None if n_blocks is None else np.asarray(n_blocks, dtype=np.int64)
     whole = np.maximum(sizes, 0)
     if whole.sum() <= small_loops.SMALL_BYTES:  # numba's first call costs more
         decoded = small_loops.unleb128(contents, whole)
         if decoded is not None:
             lengths = np.where(sizes < 0, -1, decoded[1])
-            rows = _decode_vectors(decoded[0].view(np.int64), lengths, n_formats)[1]
+            flat = decoded[0].view(np.int64)
+            rows = _decode_vectors(flat, lengths, n_formats, n_blocks)[1]
             return rows if with_bins else dataclasses.replace(rows, bins=None)
     from tandv_tb.disk import kernels  # numba: loaded on first use
 
-    n_values, header, body, stat_bits, bin_starts, bins, cast_starts, casts = kernels.scan_records(
-        contents, sizes, n_formats, HEADER, len(STATISTICS), with_bins
+    scanned = kernels.scan_records(contents, sizes, n_formats, HEADER, len(STATISTICS), with_bins)
+    n_values, header, body, stat_bits, bin_starts, bins, cast_starts, casts, tail_starts, tails = (
+        scanned
     )
-    kept = np.flatnonzero(_first_failed(_Facts(n_values, header, *body.T), n_formats) == 0)
+    bad_blocks = _block_failures(tails, tail_starts, n_blocks)
+    facts = _Facts(n_values, header, *body.T, bad_blocks)
+    kept = np.flatnonzero(_first_failed(facts, n_formats) == 0)
     if len(kept) < len(sizes):  # some rows refused: only the kept rows' parts stay
         header, stat_bits = header[kept], stat_bits[kept]
         bins = _compact(bins, bin_starts, kept) if with_bins else bins
         casts = _compact(casts, cast_starts, kept)
+        tails, tail_starts = _compact(tails, tail_starts, kept), _kept_starts(tail_starts, kept)
     n_bins = header[:, HEADER - 1]
     parts = _Parts(
         bins_lo=np.where(n_bins > 0, header[:, HEADER - 2] - BINS_OFFSET, 0),
@@ -87,8 +116,14 @@ def decode_rows(
         cast_starts=_starts(2 * n_formats[kept]),
         casts=casts,
         stat_bits=stat_bits,
+        tail_starts=tail_starts,
+        tails=tails,
     )
     return _rows(kept, header, parts)
+
+
+def _kept_starts(starts: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    return _starts((starts[1:] - starts[:-1])[kept])
 
 
 def _compact(values: np.ndarray, starts: np.ndarray, kept: np.ndarray) -> np.ndarray:
@@ -102,7 +137,7 @@ def _compact(values: np.ndarray, starts: np.ndarray, kept: np.ndarray) -> np.nda
 
 
 def _decode_vectors(
-    flat: np.ndarray, lengths: np.ndarray, n_formats: np.ndarray
+    flat: np.ndarray, lengths: np.ndarray, n_formats: np.ndarray, n_blocks: np.ndarray | None
 ) -> tuple[np.ndarray, DecodedRows]:
     """Each row's ``_first_failed`` code and the rows that pass, from int64 vectors laid end
     to end in ``flat`` (``lengths[i]`` values each, -1 for a row that holds none)."""
@@ -117,18 +152,21 @@ def _decode_vectors(
         & (n_bins <= lengths)
         & (HEADER + n_bins + 2 * n_formats + len(STATISTICS) <= lengths)
     )
-    facts = _Facts(lengths, header, *np.zeros((5, len(lengths)), dtype=np.int64))
+    facts = _Facts(lengths, header, *np.zeros((6, len(lengths)), dtype=np.int64))
     inside = np.flatnonzero(fits)
-    parts = _Parts.gather(flat, offsets[inside], header[inside], n_formats[inside])
+    parts = _Parts.gather(flat, offsets[inside], header[inside], n_formats[inside], lengths[inside])
     facts.negative_bins[inside] = _segment_sums(parts.bins < 0, parts.bin_starts)
     facts.bin_sum[inside] = _segment_sums(parts.bins, parts.bin_starts)
     facts.negative_casts[inside] = _segment_sums(parts.casts < 0, parts.cast_starts)
     facts.stat_min[inside] = parts.stat_bits.min(axis=1)
     facts.stat_max[inside] = parts.stat_bits.max(axis=1)
+    tail_lengths = np.zeros(len(lengths), dtype=np.int64)
+    tail_lengths[inside] = np.diff(parts.tail_starts)
+    facts.bad_blocks[:] = _block_failures(parts.tails, _starts(tail_lengths), n_blocks)
     codes = _first_failed(facts, n_formats)
     kept = np.flatnonzero(codes == 0)
     if len(kept) < len(inside):
-        parts = _Parts.gather(flat, offsets[kept], header[kept], n_formats[kept])
+        parts = _Parts.gather(flat, offsets[kept], header[kept], n_formats[kept], lengths[kept])
     return codes, _rows(kept, header[kept], parts)
 
 
@@ -148,22 +186,31 @@ def _rows(kept: np.ndarray, header: np.ndarray, parts: _Parts) -> DecodedRows:
         bins=parts.bins,
         cast_starts=parts.cast_starts,
         casts=parts.casts,
+        tail_starts=parts.tail_starts,
+        tails=parts.tails,
     )
 
 
 def decode_tensor(array: np.ndarray, info: TagInfo) -> NumericsRecord:
-    """The ``NumericsRecord`` of one stored step (the ndarray of its ``TensorProto``, either
+    """The ``NumericsRecord`` of one stored step (the ndarray of its ``TensorProto``, any
     version); ``ValueError`` if it is malformed."""
-    return decode_vector(stored_vector(array), info.formats)
+    return decode_vector(stored_vector(array), info.formats, info.block_formats)
 
 
-def decode_vector(values: np.ndarray, formats: tuple[str, ...]) -> NumericsRecord:
+def decode_vector(
+    values: np.ndarray, formats: tuple[str, ...], block_formats: tuple[str, ...] = ()
+) -> NumericsRecord:
     """One stored int64 vector as a record, by the rule of ``decode_rows``; ``ValueError``
     naming the first check it fails."""
     values = np.asarray(values, dtype=np.int64)
-    codes, rows = _decode_vectors(values, np.array([len(values)]), np.array([len(formats)]))
+    codes, rows = _decode_vectors(
+        values,
+        np.array([len(values)]),
+        np.array([len(formats)]),
+        np.array([len(block_formats)]),
+    )
     if len(rows):
-        return to_record(rows, 0, formats)
+        return to_record(rows, 0, formats, block_formats)
     raise ValueError(_refusal(CHECKS[codes[0] - 1], values, len(formats)))
 
 
@@ -181,13 +228,17 @@ class _Parts:
     cast_starts: np.ndarray
     casts: np.ndarray
     stat_bits: np.ndarray
+    tail_starts: np.ndarray
+    tails: np.ndarray
 
     @classmethod
-    def gather(cls, flat, starts, header, row_formats) -> _Parts:
+    def gather(cls, flat, starts, header, row_formats, lengths) -> _Parts:
         n_stats = len(STATISTICS)
         n_bins = header[:, HEADER - 1]
         cast_at = starts + HEADER + n_bins
-        stat_bits = flat[(cast_at + 2 * row_formats)[:, None] + np.arange(n_stats)]
+        stat_at = cast_at + 2 * row_formats
+        stat_bits = flat[stat_at[:, None] + np.arange(n_stats)]
+        tail_lengths = starts + lengths - stat_at - n_stats
         return cls(
             bins_lo=np.where(n_bins > 0, header[:, HEADER - 2] - BINS_OFFSET, 0),
             bin_starts=_starts(n_bins),
@@ -195,6 +246,8 @@ class _Parts:
             cast_starts=_starts(2 * row_formats),
             casts=flat[ragged_index(cast_at, 2 * row_formats)],
             stat_bits=stat_bits.reshape(len(starts), n_stats),
+            tail_starts=_starts(tail_lengths),
+            tails=flat[ragged_index(stat_at + n_stats, tail_lengths)],
         )
 
 
@@ -202,9 +255,10 @@ class _Parts:
 class _Facts:
     """What the rule judges of each row: its length (-1: no vector, or a cut or over-long
     varint), header (zeros if shorter) and, where the announced parts fit the vector, how
-    many bins and casts are negative, the bins' sum and the statistics' least and greatest
-    bit patterns (zeros elsewhere). The compiled ``kernels.scan_records`` gives the last
-    five in this order."""
+    many bins and casts are negative, the bins' sum, the statistics' least and greatest
+    bit patterns (the compiled ``kernels.scan_records`` gives these five in this order) and
+    whether its block formats section is malformed (``_block_failures``); zeros
+    elsewhere."""
 
     n_values: np.ndarray
     header: np.ndarray
@@ -213,11 +267,12 @@ class _Facts:
     negative_casts: np.ndarray
     stat_min: np.ndarray
     stat_max: np.ndarray
+    bad_blocks: np.ndarray
 
 
 #: Why a stored vector is refused, in the order the reasons are told: a row's code is 0
 #: when it is kept, else 1 + the index of the first check it fails.
-CHECKS = ("short", "dtype", "length", "negative", "total", "range", "statistics")
+CHECKS = ("short", "dtype", "length", "blocks", "negative", "total", "range", "statistics")
 
 
 def _first_failed(facts: _Facts, n_formats: np.ndarray) -> np.ndarray:
@@ -231,7 +286,9 @@ def _first_failed(facts: _Facts, n_formats: np.ndarray) -> np.ndarray:
         "short": facts.n_values < HEADER,
         "dtype": ~known,
         "length": (n_bins < 0)
-        | (facts.n_values != HEADER + n_bins + 2 * n_formats + len(STATISTICS)),
+        | (n_bins > facts.n_values)  # (and no overflow in the sum below)
+        | (facts.n_values < HEADER + n_bins + 2 * n_formats + len(STATISTICS)),
+        "blocks": facts.bad_blocks.astype(bool),  # what follows the statistics
         "negative": (header[:, 1 : 1 + len(COUNTS)] < 0).any(axis=1)
         | (facts.negative_bins > 0)
         | (facts.negative_casts > 0),
@@ -269,7 +326,57 @@ def _refusal(reason: str, values: np.ndarray, n_formats: int) -> str:
             f"a numerics tensor's bins {lo}..{lo + n_bins - 1} lie outside {dtype}'s range "
             f"{info.min_exponent}..{info.max_exponent}"
         )
-    return "float32 statistics out of the uint32 range"
+    if reason == "statistics":
+        return "float32 statistics out of the uint32 range"
+    return (
+        "a numerics tensor's block formats section is malformed, or does not hold the "
+        "tag's block formats"
+    )
+
+
+def _block_failures(
+    tails: np.ndarray, starts: np.ndarray, n_blocks: np.ndarray | None
+) -> np.ndarray:
+    """Per row, whether its block formats section ``tails[starts[i]:starts[i + 1]]`` is
+    malformed (layout in ``summary``), or, where ``n_blocks`` is given, holds another
+    number of formats than its tag (no section where that is 0). Vectorised over the rows,
+    one block format at a time."""
+    lengths = np.diff(starts)
+    bad = np.zeros(len(lengths), dtype=bool)
+    if n_blocks is not None:
+        bad |= (lengths > 0) != (n_blocks > 0)
+    rows = np.flatnonzero(lengths > 0)
+    if not len(rows):
+        return bad
+    at, end = starts[rows].copy(), starts[rows + 1]
+    count = tails[at]
+    ok = (count >= 1) & (count <= _MAX_BLOCK_FORMATS)
+    if n_blocks is not None:
+        ok &= count == n_blocks[rows]
+    at += 1
+    fixed = len(BLOCK_HEAD) + 2  # the counts, scale_lo and n_scales
+    for k in range(int(count[ok].max()) if ok.any() else 0):
+        live = np.flatnonzero(ok & (count > k))
+        fits = at[live] + fixed <= end[live]
+        ok[live[~fits]] = False
+        live = live[fits]
+        head = tails[at[live, None] + np.arange(fixed)]
+        lo, n = head[:, -2] - SCALE_OFFSET, head[:, -1]
+        good = (head[:, : len(BLOCK_HEAD)] >= 0).all(axis=1) & (n >= 0)
+        good &= (n == 0) | ((lo >= _SCALE_MIN) & (lo + n - 1 <= _SCALE_MAX))
+        scales_at = at[live] + fixed
+        good &= scales_at + np.where(good, n, 0) + 3 <= end[live]
+        ok[live[~good]] = False
+        live, scales_at, n = live[good], scales_at[good], n[good]
+        negative = _segment_sums(tails[ragged_index(scales_at, n)] < 0, _starts(n))
+        sums = tails[(scales_at + n)[:, None] + np.arange(3)]
+        good = (negative == 0) & (sums[:, 0] >= 0) & (sums[:, 0] <= _MAX_STORED_EXPONENT)
+        good &= ((sums[:, 1:] >= 0) & (sums[:, 1:] <= _FLOAT64_INF_BITS)).all(axis=1)
+        ok[live[~good]] = False
+        at[live] = scales_at + n + 3
+    ok &= at == end
+    bad[rows[~ok]] = True
+    return bad
 
 
 def gather_ranges(
@@ -325,9 +432,13 @@ def _decode_statistics(bits: np.ndarray, is_float64: np.ndarray) -> np.ndarray:
     return out.reshape(bits.shape)
 
 
-def to_record(rows: DecodedRows, i: int, formats: tuple[str, ...]) -> NumericsRecord:
-    """The ``NumericsRecord`` of decoded row ``i`` (its tag records ``formats``)."""
+def to_record(
+    rows: DecodedRows, i: int, formats: tuple[str, ...], block_formats: tuple[str, ...] = ()
+) -> NumericsRecord:
+    """The ``NumericsRecord`` of decoded row ``i`` (its tag records ``formats`` and
+    ``block_formats``, whose section ``decode_rows`` checked with ``n_blocks``)."""
     casts = rows.casts[rows.cast_starts[i] : rows.cast_starts[i + 1]].tolist()
+    tail = rows.tails[rows.tail_starts[i] : rows.tail_starts[i + 1]]
     return NumericsRecord(
         dtype=metadata.DTYPE_CODES[int(rows.dtype_codes[i])],
         **dict(zip(COUNTS, rows.counts[i].tolist())),
@@ -336,4 +447,27 @@ def to_record(rows: DecodedRows, i: int, formats: tuple[str, ...]) -> NumericsRe
         statistics=dict(zip(STATISTICS, rows.statistics[i].tolist())),
         underflow=dict(zip(formats, casts[0::2])),
         overflow=dict(zip(formats, casts[1::2])),
+        blocks=_block_counts(tail, block_formats),
     )
+
+
+def _block_counts(tail: np.ndarray, names: tuple[str, ...]) -> dict[str, BlockCounts]:
+    """The ``BlockCounts`` of a well-formed block formats section, by format name."""
+    out, at = {}, 1
+    for name in names:
+        head = tail[at : at + len(BLOCK_HEAD)].tolist()
+        lo, n = int(tail[at + len(BLOCK_HEAD)]) - SCALE_OFFSET, int(tail[at + len(BLOCK_HEAD) + 1])
+        at += len(BLOCK_HEAD) + 2
+        scales = tail[at : at + n].copy()
+        exponent, *sums = tail[at + n : at + n + 3].tolist()
+        signal, error = np.array(sums, dtype=np.int64).view(np.float64).tolist()
+        at += n + 3
+        out[name] = BlockCounts(
+            *head,
+            scale_lo=lo if n else 0,
+            scales=scales,
+            exponent=exponent - BINS_OFFSET,
+            signal=signal,
+            error=error,
+        )
+    return out

@@ -5,7 +5,18 @@ The value of each step is a vector of int64 (``encode_record``) laid out as::
     [dtype_code, numel, zero_count, nan_count, posinf_count, neginf_count,
      bins_lo + 1100, n_bins, *counts (n_bins of them),
      *(underflow, overflow) for each format, in the tag metadata's order,
-     *the 9 statistics, in ``STATISTICS`` order]
+     *the 9 statistics, in ``STATISTICS`` order,
+     *only where the tag records block formats (version 3): their section]
+
+The block formats' section is ``[n, *entry for each]`` with ``n`` the number of block
+formats (those of the tag's ``block_formats``, in order) and each entry::
+
+    [underflow, overflow, zero_blocks, clamped_low, clamped_high,
+     scale_lo + SCALE_OFFSET, n_scales, *scales (n_scales of them),
+     exponent + BINS_OFFSET, signal, error]
+
+(``record.BlockCounts``; ``scales`` trimmed to its non-empty range, ``scale_lo`` 0 when
+empty; ``signal`` and ``error`` as float64 bit patterns whatever the dtype).
 
 - ``dtype_code`` is the index of the dtype's name in ``metadata.DTYPE_CODES``.
 - ``counts[i]`` counts the finite non-zero values with ``floor(log2|x|) == bins_lo + i``;
@@ -39,11 +50,17 @@ from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
 from tandv_tb.disk import small_loops
 from tandv_tb.disk.metadata import DTYPE_CODES, TagInfo
-from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.disk.record import COUNTS, STATISTICS, BlockCounts, NumericsRecord
 
 BINS_OFFSET = 1100
 #: Values before the bins: dtype_code, the counts, bins_lo + BINS_OFFSET, n_bins.
 HEADER = len(COUNTS) + 3
+#: Keeps a block format's lowest scale exponent (at least -127) positive.
+SCALE_OFFSET = 128
+#: The counts at the start of a block format's entry, then scale_lo + SCALE_OFFSET and
+#: n_scales; after the scales, ``BLOCK_SUMS``.
+BLOCK_HEAD = ("underflow", "overflow", "zero_blocks", "clamped_low", "clamped_high")
+BLOCK_SUMS = ("exponent", "signal", "error")
 
 
 _CODE_OF = {name: code for code, name in enumerate(DTYPE_CODES)}
@@ -62,8 +79,15 @@ def dtype_code(dtype: str) -> int:
     return code
 
 
-def encode_record(record: NumericsRecord, formats: tuple[str, ...]) -> np.ndarray:
+def encode_record(
+    record: NumericsRecord, formats: tuple[str, ...], block_formats: tuple[str, ...] = ()
+) -> np.ndarray:
     """The int64 vector stored for one step (layout in the module docstring)."""
+    if set(record.blocks) != set(block_formats):
+        raise ValueError(
+            f"the record holds block formats {sorted(record.blocks)}, but the tag records "
+            f"{list(block_formats)}"
+        )
     underflow, overflow = record.underflow, record.overflow
     if not (len(underflow) == len(overflow) == len(formats)) or not all(
         f in underflow and f in overflow for f in formats
@@ -94,7 +118,28 @@ def encode_record(record: NumericsRecord, formats: tuple[str, ...]) -> np.ndarra
         out[HEADER + n_bins + 2 * k + 1] = overflow[f]
     values = [statistics.get(name, math.nan) for name in STATISTICS]
     out[len(out) - len(STATISTICS) :] = _statistics_bits(values, record.dtype)
-    return out
+    if not block_formats:
+        return out
+    section = [len(block_formats)]
+    for name in block_formats:
+        section += _block_entry(record.blocks[name])
+    return np.concatenate([out, np.array(section, dtype=np.int64)])
+
+
+def _block_entry(block: BlockCounts) -> list[int]:
+    block = block.trimmed()
+    scales = np.asarray(block.scales, dtype=np.int64)
+    if len(scales) and scales.min() < 0:
+        raise ValueError("block scale counts must be non-negative")
+    sums = struct.unpack("<2q", struct.pack("<2d", block.signal, block.error))
+    return [
+        *(int(getattr(block, name)) for name in BLOCK_HEAD),
+        block.scale_lo + SCALE_OFFSET if len(scales) else SCALE_OFFSET,
+        len(scales),
+        *scales.tolist(),
+        block.exponent + BINS_OFFSET,
+        *sums,
+    ]
 
 
 _AS_FLOAT64, _AS_INT64 = (
@@ -167,7 +212,7 @@ def numerics_value(
     """A ``Summary.Value``: the encoded record, and the tag's metadata unless
     ``with_metadata`` is false (TensorBoard keeps a tag's first metadata only)."""
     value = summary_pb2.Summary.Value(tag=info.tag)
-    _store(encode_record(record, info.formats), value.tensor)
+    _store(encode_record(record, info.formats, info.block_formats), value.tensor)
     if with_metadata:
         value.metadata.CopyFrom(info.to_metadata())
     return value

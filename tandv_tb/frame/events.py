@@ -41,18 +41,19 @@ def _chunk_records(
 ) -> Iterator[tuple[TagInfo, int, NumericsRecord]]:
     infos = [table.infos[t] for t in chunk.tags.tolist()]
     n_formats = np.fromiter((len(i.formats) for i in infos), np.int64, len(infos))
-    rows = decode_rows(chunk.contents, chunk.sizes, n_formats)
+    n_blocks = np.fromiter((len(i.block_formats) for i in infos), np.int64, len(infos))
+    rows = decode_rows(chunk.contents, chunk.sizes, n_formats, n_blocks=n_blocks)
     malformed = np.ones(len(chunk), dtype=bool)
     malformed[rows.kept] = False
     for index in np.flatnonzero(malformed).tolist():
         _warn(
             f"{path}: skipped a malformed record of {table.names[chunk.tags[index]]!r} at step "
             f"{int(chunk.steps[index])}: not a numerics record this tandv_tb can read (wrong "
-            "shape, dtype or length, or inconsistent counts)"
+            "shape, dtype or length, inconsistent counts or block formats)"
         )
     for i, index in enumerate(rows.kept.tolist()):
         info = infos[index]
-        yield info, int(chunk.steps[index]), to_record(rows, i, info.formats)
+        yield info, int(chunk.steps[index]), to_record(rows, i, info.formats, info.block_formats)
 
 
 def read_records(

@@ -1,7 +1,9 @@
 """A record seen through a low-precision format: the ``format=F`` view of ``read_frame``.
 
 For a format that was not recorded at tracking time the split is an estimate, by the rule of
-``tandv_tb.cast_estimate`` (the dashboards' too), rounded to whole values.
+``tandv_tb.cast_estimate`` (the dashboards' too), rounded to whole values. A block-scaled
+format cannot be estimated: what a value loses depends on its block, and the blocks are
+gone (``block_split``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,30 @@ def _estimated_casts(record: NumericsRecord, format: str) -> tuple[int, int]:
     under_count = float(record.counts @ under_part[span])
     over_count = float(record.counts @ over_part[span])
     return int(round(under_count)), int(round(over_count))
+
+
+class BlockFormatNotRecorded(ValueError):
+    """A block-scaled format asked of records that did not record it."""
+
+
+def block_split(record: NumericsRecord, format: str) -> tuple[int, np.ndarray, int]:
+    """``(low, counts, high)``: the record seen through the block format ``format``.
+
+    ``counts[i]`` is bin ``record.bins_lo + i`` (the tensor's own bins, not clamped) less
+    the values that underflow or overflow, taken from the lowest and the highest bins as
+    in ``format_split`` (the counts are exact; which bins they leave is not recorded);
+    ``low`` holds the zeros plus the underflow, ``high`` the overflow plus the infinities.
+    ``BlockFormatNotRecorded`` where the record lacks ``format``.
+    """
+    block = record.blocks.get(format)
+    if block is None:
+        raise BlockFormatNotRecorded(format)
+    counts = np.asarray(record.counts, dtype=np.int64)
+    kept = _take_from_bottom(counts, min(block.underflow, int(counts.sum())))
+    over = min(block.overflow, int(kept.sum()))
+    kept = _take_from_bottom(kept[::-1], over)[::-1]
+    low = record.zero_count + block.underflow
+    return low, kept, over + record.posinf_count + record.neginf_count
 
 
 def format_split(record: NumericsRecord, format: str) -> tuple[int, np.ndarray, int, bool]:

@@ -8,11 +8,12 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from tandv_tb import block_formats
 from tandv_tb import formats as fmt
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 from tandv_tb.frame.events import read_records
-from tandv_tb.frame.format_view import format_split
+from tandv_tb.frame.format_view import BlockFormatNotRecorded, block_split, format_split
 from tandv_tb.frame.schema import EXP, META, METADATA_COLUMNS, NEG_INF, POS_INF, SCALAR, STR_COLUMNS
 
 
@@ -56,10 +57,14 @@ def read_frame(
     Damaged or truncated event files, records from a newer tandv_tb and malformed records do
     not stop it: they are skipped, each with a ``DataWarning`` naming the file, the tag and
     step where known, and the reason (``tandv_tb.frame.events``). ``EstimateWarning``: the
-    split of ``format`` was estimated for some records."""
+    split of ``format`` was estimated for some records.
+
+    A block-scaled ``format`` (``tandv_tb.block_formats``) keeps the dtypes' bins, and
+    raises ``ValueError`` where some record did not record it: it cannot be estimated."""
+    if format is not None and block_formats.is_block_format(format):
+        return _read_block_frame(logdir, run, block_formats.block_format(format).name)
     target = fmt.info(fmt.numpy_dtype(format).name) if format is not None else None
-    entries = list(read_records(logdir, run))
-    entries.sort(key=lambda e: (e[0], e[1].order, e[2], e[1].tensor_type, e[1].name))
+    entries = _sorted_records(logdir, run)
     if target is not None:
         lo, hi = target.min_exponent, target.max_exponent
     elif entries:
@@ -91,6 +96,41 @@ def read_frame(
             EstimateWarning,
             stacklevel=2,
         )
+    return _build(rows, stats, counts, labels)
+
+
+def _sorted_records(logdir: str | os.PathLike, run: str | None) -> list:
+    entries = list(read_records(logdir, run))
+    entries.sort(key=lambda e: (e[0], e[1].order, e[2], e[1].tensor_type, e[1].name))
+    return entries
+
+
+def _read_block_frame(logdir: str | os.PathLike, run: str | None, format: str) -> pd.DataFrame:
+    """``read_frame`` through a block format: the dtypes' bins, with the underflow in
+    ``-inf`` and the overflow in ``+inf`` (``block_split``)."""
+    entries = _sorted_records(logdir, run)
+    missing = [e for e in entries if format not in e[3].blocks]
+    if missing:
+        tags = sorted({f"{e[0]}:{e[1].tensor_type}/{e[1].name}" for e in missing})
+        shown = ", ".join(tags[:3]) + (f" and {len(tags) - 3} more" if len(tags) > 3 else "")
+        raise ValueError(
+            f"{format} was not recorded for {len(missing)} of {len(entries)} records "
+            f"({shown}): a block-scaled format cannot be estimated from the exponent "
+            f"histogram (the blocks are gone); give {format!r} to formats= when tracking"
+        ) from BlockFormatNotRecorded(format)
+    lo = min((fmt.info(e[3].dtype).min_exponent for e in entries), default=0)
+    hi = max((fmt.info(e[3].dtype).max_exponent for e in entries), default=-1)
+    labels = _exponent_labels(lo, hi)
+    counts = np.zeros((len(entries), len(labels)), dtype=np.int64)
+    stats = np.full((len(entries), len(STATISTICS)), np.nan)
+    rows = []
+    for i, (run_name, info, step, record) in enumerate(entries):
+        rows.append(_metadata_row(run_name, info, step, record))
+        stats[i] = [record.statistics.get(name, np.nan) for name in STATISTICS]
+        low, bins, high = block_split(record, format)
+        counts[i, 0], counts[i, -1] = low, high
+        start = 1 + record.bins_lo - lo
+        counts[i, start : start + len(bins)] = bins
     return _build(rows, stats, counts, labels)
 
 

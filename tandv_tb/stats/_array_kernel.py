@@ -10,9 +10,13 @@ over the values, each one reduction of several outputs (``ops.fold``; for jax on
    for normal numbers, and for a subnormal comes from its integer mantissa converted to a
    float. With it, one integer fold: the extremes of the magnitudes and the cast counts;
 2. the power sums of the values scaled by a power of two near their largest magnitude;
-3. the centred sum of squares (a second pass, for a stable ``std``).
+3. the centred sum of squares (a second pass, for a stable ``std``);
+4. per block-scaled format (``_block_format``), the values as rows of the last dimension
+   cut into blocks (a last short block padded with zeros, which count nowhere): each
+   block's largest magnitude and scale, then each value's element rounding, counts and
+   squared error.
 
-Outputs follow ``record.engine_layout``.
+Outputs follow ``tensor_stats.engine_layout``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import math
 
 import numpy as np
 
+from tandv_tb import block_formats
 from tandv_tb import formats as fmt
-from tandv_tb.stats._cpu_kernel import threshold_bits
+from tandv_tb.stats._cpu_kernel import block_table, threshold_bits
 
 _LAYOUT = {
     # compute dtype: (mantissa bits, exponent bias, all-ones exponent field)
@@ -82,10 +87,32 @@ class TorchOps:
         return self.t.cat([self.t.as_tensor(p).reshape(-1).to(self.t.int64) for p in parts])
 
     def stack_moments(self, parts):
-        return self.t.stack([p.to(self.t.float64) for p in parts])
+        return self.t.stack([self.t.as_tensor(p).to(self.t.float64) for p in parts])
 
     def scalar_like(self, value, like):
         return self.t.tensor(value, dtype=like.dtype, device=like.device)
+
+    def blocks(self, x, rows, size):
+        """``x`` (flat) as ``rows`` rows cut into blocks of ``size`` (the last one padded
+        with zeros): shape (rows, blocks per row, size)."""
+        x = x.reshape(rows, -1)
+        pad = -x.shape[1] % size
+        if pad:
+            x = self.t.nn.functional.pad(x, (0, pad))
+        return x.reshape(rows, -1, size)
+
+    def block_max(self, x):
+        return x.amax(dim=-1, keepdim=True)
+
+    def round_even(self, x):
+        return self.t.round(x)
+
+    def divide(self, a, b):
+        """a / b, correctly rounded."""
+        return a / b
+
+    def to_dtype(self, x, name):
+        return x.to(getattr(self.t, name))
 
 
 class JaxOps:
@@ -202,9 +229,35 @@ class JaxOps:
     def scalar_like(self, value, like):
         return self.jnp.asarray(value, dtype=like.dtype)
 
+    def blocks(self, x, rows, size):
+        """``TorchOps.blocks``."""
+        x = x.reshape(rows, -1)
+        pad = -x.shape[1] % size
+        if pad:
+            x = self.jnp.pad(x, ((0, 0), (0, pad)))
+        return x.reshape(rows, -1, size)
 
-def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...]):
-    """Counts and moments of ``values`` (flat, float32 or float64, widened from ``dtype``).
+    def block_max(self, x):
+        return self.jnp.max(x, axis=-1, keepdims=True)
+
+    def round_even(self, x):
+        return self.jnp.round(x)
+
+    def divide(self, a, b):
+        """a / b, correctly rounded: XLA's simplifier turns a division by a scalar or a
+        broadcast into a multiplication by its reciprocal, and (a / b) / c into
+        a / (b * c), each rounded twice, unless it cannot see what made either operand."""
+        b = self.jnp.broadcast_to(self.jnp.asarray(b, a.dtype), a.shape)
+        a, b = self.lax.optimization_barrier((a, b))
+        return a / b
+
+    def to_dtype(self, x, name):
+        return x.astype(getattr(self.jnp, name))
+
+
+def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...], row_length: int = 1):
+    """Counts and moments of ``values`` (flat, float32 or float64, widened from ``dtype``);
+    block formats take their blocks along rows of ``row_length`` values.
 
     Everything but the moments is decided on integer bit patterns (for non-negative floats
     their order is the values' order), so flush-to-zero arithmetic, which XLA uses on the
@@ -243,13 +296,14 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...]):
     hist = bins[first : first + info.n_bins]
     zero, nan, posinf, neginf = bins[0], bins[special], bins[special + 1], bins[special + 2]
 
+    elements, blocks = fmt.split_formats(formats)
     folds = [
         ("max", ops.where(finite, magnitude, 0 * magnitude), 0),
         ("min", ops.where(finite, magnitude, inf_bits + 0 * magnitude), inf_bits),
         ("min", ops.where(finite & nonzero, magnitude, inf_bits + 0 * magnitude), inf_bits),
     ]
     live = finite & nonzero
-    for name in formats:
+    for name in elements:
         t = threshold_bits(dtype, (name,), wide)[0].tolist()
         folds.append(("sum", live & (magnitude <= _by_sign(ops, negative, t[0], t[1])), 0))
         over = (magnitude >= _by_sign(ops, negative, t[2], t[3])) | (
@@ -257,7 +311,7 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...]):
         )
         folds.append(("sum", live & over, 0))
     max_bits, min_bits, min_nonzero_bits, *cast_counts = ops.fold(folds)
-    casts = [c + zero * t for c, t in zip(cast_counts, _zero_overflows(dtype, formats, wide))]
+    casts = [c + zero * t for c, t in zip(cast_counts, _zero_overflows(dtype, elements, wide))]
     max_abs, min_abs, min_nonzero = (
         ops.float_view(b, values) for b in (max_bits, min_bits, min_nonzero_bits)
     )
@@ -302,11 +356,172 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...]):
     centred = ops.where(finite, scaled - mean_s, zero_f)
     (spread,) = ops.fold([("sum", centred * centred, 0)])
 
-    counts = ops.stack_counts([numel + 0 * zero, zero, nan, posinf, neginf, hist, *casts])
+    # Pass 4.
+    layout = _Layout(mant_bits, bias, float_type, int_type)
+    block_casts, block_counts, block_moments = [], [], []
+    for name, row in zip(blocks, block_table(dtype, formats).tolist()):
+        pair, section, sums = _block_format(
+            ops, layout, values, ops.where(finite, magnitude, 0 * magnitude), max_bits,
+            name, row, row_length, numel,
+        )  # fmt: skip
+        block_casts += pair
+        block_counts += section
+        block_moments += sums
+
+    counts = ops.stack_counts(
+        [numel + 0 * zero, zero, nan, posinf, neginf, hist, *casts, *block_casts, *block_counts]
+    )
     moments = ops.stack_moments(
         [scale, total, absolute, squares, fourths, eighths, spread, max_abs, min_abs, min_nonzero]
+        + block_moments
     )
     return counts, moments
+
+
+class _Layout:
+    """The compute dtype's bit layout, and exact powers of two in it."""
+
+    def __init__(self, mant_bits: int, bias: int, float_type, int_type) -> None:
+        self.mant_bits, self.bias = mant_bits, bias
+        self.float_type, self.int_type = float_type, int_type
+        self.mask = (1 << mant_bits) - 1
+
+    def power(self, ops, exponent, like):
+        """2**exponent (an integer array) as floats like ``like``, 0 below the normal
+        range (flush-to-zero arithmetic would read a subnormal as 0 all the same)."""
+        normal = exponent >= 1 - self.bias
+        field = ops.where(normal, exponent + self.bias, 0 * exponent)
+        return ops.float_view(field << self.mant_bits, like)
+
+    def floor_log2(self, ops, bits, like):
+        """(floor(log2 x), the bits of x with its significand normalised) of positive
+        floats given by their bit patterns ``bits`` (subnormals through their integer
+        mantissa, which is a normal float)."""
+        field = bits >> self.mant_bits
+        widened = ops.int_view(ops.to_float(bits, like))
+        normalised = ops.where(field == 0, widened, bits)
+        shift = ops.where(field == 0, 0 * field + self.bias + self.mant_bits - 1, 0 * field)
+        return (normalised >> self.mant_bits) - self.bias - shift, normalised
+
+
+def _round_to_element(ops, layout: _Layout, v, emin: int, mant_bits: int):
+    """v >= 0 rounded to nearest, ties to even, at an element format's precision (no upper
+    limit on the exponent): ``round(v / q) * q`` with q the element's quantum at v."""
+    exponent = (ops.int_view(v) >> layout.mant_bits) - layout.bias
+    quantum = ops.where(exponent > emin, exponent, 0 * exponent + emin) - mant_bits
+    return ops.round_even(v * layout.power(ops, -quantum, v)) * layout.power(ops, quantum, v)
+
+
+def _block_format(ops, layout, values, finite_bits, max_bits, name, row, row_length, numel):
+    """((underflow, overflow), [zero blocks, clamped low, clamped high, blocks per scale
+    exponent], [exponent, signal, error]) of one block format (``BlockFormat.kernel_row``
+    ``row``) over ``values`` whose finite magnitudes' bit patterns are ``finite_bits``
+    (0 for NaN/Inf), the largest of them ``max_bits``."""
+    rule, size, emax, emin, mant_bits, max_mantissa, scale_lo, n_scales = row
+    if numel == 0:
+        return [0, 0], [0, 0, 0, np.zeros(n_scales, np.int64)], [0.0, 0.0, 0.0]
+    rows = numel // row_length
+    bits = ops.blocks(finite_bits, rows, size)
+    block_bits = ops.block_max(bits)
+    zero_block = block_bits == 0
+    like = values
+    largest = math.ldexp(float(max_mantissa), emax - mant_bits)
+    top, _ = layout.floor_log2(ops, max_bits + (max_bits == 0), like)  # the sums' unit
+    top = ops.clip(top, 1 - layout.bias, layout.bias - 1)  # 2**-top normal too
+    nonzero = bits != 0
+    if rule == block_formats.NVFP4:
+        return _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row)
+    exponent, normalised = layout.floor_log2(ops, block_bits + zero_block, like)
+    raw = exponent - emax
+    if rule == block_formats.RCEIL:
+        significand = ((normalised & layout.mask) | (layout.mask + 1)) << mant_bits
+        raw = raw + (significand > max_mantissa * (layout.mask + 1))
+    low = block_formats.MX_SCALE_MIN
+    high = block_formats.MX_SCALE_MAX
+    clamped_low = ~zero_block & (raw < low)
+    clamped_high = ~zero_block & (raw > high)
+    scale = ops.where(zero_block, 0 * raw + low, ops.clip(raw, low, high))
+    # v = |x| / 2**scale: a normal value scaled exactly; a subnormal through its integer
+    # mantissa (where that product is below the normal range, v is far below any
+    # element's smallest value, and 0 serves as well).
+    field = bits >> layout.mant_bits
+    magnitudes = ops.float_view(bits, like)
+    subnormal_unit = layout.power(ops, 1 - layout.bias - layout.mant_bits - scale, like)
+    v = ops.where(
+        field == 0,
+        ops.to_float(bits, like) * subnormal_unit,
+        magnitudes * layout.power(ops, -scale, like),
+    )
+    q = _round_to_element(ops, layout, v, emin, mant_bits)
+    over = q > largest
+    q = ops.where(over, 0 * q + largest, q)
+    under = nonzero & (q == 0)
+    to_unit = layout.power(ops, scale - top, like)
+    signal = v * to_unit
+    error = (v - q) * to_unit
+    scales = ops.where(zero_block, 0 * scale + n_scales, scale - scale_lo)
+    return _block_outputs(
+        ops, under, over, zero_block, clamped_low, clamped_high, scales, n_scales, top,
+        signal, error,
+    )  # fmt: skip
+
+
+def _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row):
+    """``_block_format`` for nvfp4: torchao's float32 arithmetic (``block_formats``). Here
+    subnormal float32 operands are left to the device: one that flushes them (XLA's CPU)
+    differs from the definition only for tensors whose largest magnitude is below about
+    2**-100, where the products of subnormals reach E2M1's range."""
+    n_scales = row[7]
+    f32 = _Layout(23, 127, np.float32, np.int32)
+    wide = layout.mant_bits == 52
+    magnitudes = ops.float_view(bits, values)
+    saturated = ops.clip(magnitudes, 0.0, float(np.finfo(np.float32).max))
+    a32 = ops.to_dtype(saturated, "float32") if wide else magnitudes
+    block_bits = ops.block_max(ops.int_view(a32))  # as integers: no flushing
+    block_max = ops.float_view(block_bits, a32)
+    amax = ops.float_view(max_bits, values)
+    amax = (
+        ops.to_dtype(ops.clip(amax, 0.0, float(np.finfo(np.float32).max)), "float32")
+        if wide
+        else amax
+    )
+    tensor_scale = ops.divide(amax, np.float32(block_formats.NVFP4_TENSOR_DIVISOR))
+    zero_block = block_bits == 0
+    raw = ops.divide(ops.divide(block_max, np.float32(6.0)), tensor_scale)
+    smallest = np.float32(2.0**block_formats.NVFP4_SCALE_MIN)
+    clamped_low = ~zero_block & (raw < smallest)
+    clamped_high = ~zero_block & (raw > np.float32(block_formats.NVFP4_SCALE_MAX))
+    clamped = ops.clip(ops.where(zero_block, 0 * raw + smallest, raw), smallest, 448.0)
+    block_scale = _round_to_element(ops, f32, clamped, -6, 3)  # E4M3, normal here
+    exponent = (ops.int_view(block_scale) >> 23) - 127
+    reciprocal = ops.divide(np.float32(1.0) / tensor_scale + 0 * block_scale, block_scale)
+    v = ops.where(bits == 0, 0 * a32, a32 * reciprocal)
+    q = _round_to_element(ops, f32, v, 0, 1)
+    over = q > 6.0
+    q = ops.where(over, 0 * q + 6.0, q)
+    under = nonzero & (q == 0)
+    to_unit = layout.power(ops, -top, values)
+    dequantum = ops.to_float(block_scale, values) * ops.to_float(tensor_scale, values)
+    dequantized = ops.to_float(q, values) * dequantum
+    signal = magnitudes * to_unit
+    error = (magnitudes - dequantized) * to_unit
+    scales = ops.where(zero_block, 0 * exponent + n_scales, exponent - row[6])
+    return _block_outputs(
+        ops, under, over, zero_block, clamped_low, clamped_high, scales, n_scales, top,
+        signal, error,
+    )  # fmt: skip
+
+
+def _block_outputs(
+    ops, under, over, zero_block, clamped_low, clamped_high, scales, n_scales, top, signal, error
+):
+    """The outputs of ``_block_format`` from its per-value and per-block arrays."""
+    per_value = [x.reshape(-1) for x in (under, over, signal * signal, error * error)]
+    per_block = [x.reshape(-1) for x in (zero_block, clamped_low, clamped_high)]
+    under, over, signal, error = ops.fold([("sum", x, 0) for x in per_value])
+    zeros, low, high = ops.fold([("sum", x, 0) for x in per_block])
+    histogram = ops.bincount(scales.reshape(-1), n_scales + 1)[:n_scales]
+    return [under, over], [zeros, low, high, histogram], [top, signal, error]
 
 
 def _by_sign(ops, negative, positive_value: int, negative_value: int):

@@ -7,8 +7,11 @@ patterns for the extremes (and, only in blocks that the histogram shows to hold 
 subnormals, NaN or Inf, their counts); (3) per format, two branch-free threshold counts
 that give the values that cast to 0 or to Inf/NaN; (4) the block's power sums, scaled by a
 power of two at its own maximum and shifted by one of its values (so the second moment
-about the mean stays exact for LayerNorm-like data). Blocks merge into running sums (Chan
-et al. for the second moment). Subnormals are read through their bit patterns, so a CPU in
+about the mean stays exact for LayerNorm-like data); (5) for block-scaled formats, their
+blocks (``_cpu_blocks``). Blocks merge into running sums (Chan et al. for the second
+moment). With block-scaled formats the array's blocks begin and end on their blocks'
+boundaries along the rows (``_chunk_end``), and one first pass finds the largest finite
+magnitude (nvfp4's per-tensor scale). Subnormals are read through their bit patterns, so a CPU in
 flush-to-zero mode (XLA's threads) counts them all the same.
 bfloat16 is read through its 16-bit patterns, widened a block at a time into a float32
 buffer; other narrower dtypes are widened to float32 first (exact).
@@ -27,9 +30,18 @@ import os
 
 import numba
 import numpy as np
-from numba.extending import intrinsic
 
+from tandv_tb import block_formats
 from tandv_tb import formats as fmt
+from tandv_tb.stats import _cpu_blocks
+from tandv_tb.stats._bit_ops import (
+    _same_width_add,
+    _same_width_and,
+    _same_width_at_most,
+    _same_width_below,
+    _same_width_max,
+    _same_width_min,
+)
 from tandv_tb.stats.tensor_stats import TensorStats
 
 _CORES = max(1, min(8, os.cpu_count() or 1))
@@ -43,8 +55,12 @@ _BLOCK = 16384
 _FLUSH_BLOCKS = 1024
 #: Scale exponent of running sums that have seen no non-zero value yet.
 _NO_SCALE = -1100
-#: float32 bit patterns: |x| mask, Inf.
+#: float32 and float64 bit patterns: |x| mask, Inf.
 _FLOAT32_SIGN_MASK, _FLOAT32_INF = np.int32(0x7FFFFFFF), np.int32(0x7F800000)
+_FLOAT64_MASKS = (np.int64(0x7FFFFFFFFFFFFFFF), np.int64(0x7FF0000000000000))
+#: Values per block of the largest block-scaled format: the array's blocks begin on a
+#: multiple of it within a row.
+_SCALE_BLOCK = 32
 
 
 @numba.njit(cache=True, nogil=True)
@@ -69,30 +85,6 @@ def _count_keys_of(keys_bits, mant_bits, keys):
         keys[3, keys_bits[i + 3] >> mant_bits] += 1
     for i in range(whole, len(keys_bits)):
         keys[0, keys_bits[i] >> mant_bits] += 1
-
-
-def _same_width(operation):
-    """An intrinsic ``f(a, b)`` of two integers of one type that gives
-    ``operation(builder, a, b)`` (LLVM IR) in their own width: numba widens narrow integer
-    arithmetic to 64 bits, which halves the vector lanes and keeps min/max from
-    vectorising."""
-
-    @intrinsic
-    def same_width(typingctx, a, b):
-        def codegen(context, builder, signature, args):
-            return operation(builder, *args)
-
-        return a(a, a), codegen
-
-    return same_width
-
-
-_same_width_and = _same_width(lambda ir, a, b: ir.and_(a, b))
-_same_width_add = _same_width(lambda ir, a, b: ir.add(a, b))  # wrapping
-_same_width_max = _same_width(lambda ir, a, b: ir.select(ir.icmp_signed(">", a, b), a, b))
-_same_width_min = _same_width(lambda ir, a, b: ir.select(ir.icmp_signed("<", a, b), a, b))
-#: 1 where ``a <= b``, else 0.
-_same_width_at_most = _same_width(lambda ir, a, b: ir.zext(ir.icmp_signed("<=", a, b), a.type))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -325,10 +317,11 @@ def _rare_keys(keys):
 
 
 @numba.njit(cache=True, nogil=True)
-def _new_sums(inf_bits, mant_bits, n_bins, n_formats):
+def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table):
     """The running sums of one array (``_add_block`` adds to them, ``_finish`` reads them):
     key counts (int32, flushed into int64 totals), the counts vector, cast counts, the
-    moments (``_add_block_moments``) and the extremes' bit patterns."""
+    moments (``_add_block_moments``), the extremes' bit patterns, and the block formats'
+    counts rows, sums and a buffer for a block's magnitudes (``_cpu_blocks``)."""
     n_fields = (inf_bits >> mant_bits) + 1
     keys = np.zeros((4, 2 * n_fields), np.int32)
     totals = np.zeros((4, 2 * n_fields), np.int64)
@@ -337,17 +330,29 @@ def _new_sums(inf_bits, mant_bits, n_bins, n_formats):
     running = np.zeros(9)
     running[0] = _NO_SCALE
     extremes = np.array((0, inf_bits, inf_bits), dtype=np.int64)  # largest, smallest, nonzero
-    return keys, totals, counts, casts, running, extremes
+    widest = _cpu_blocks.SCALES + (table[:, 7].max() if table.shape[0] else 0)
+    rows = np.zeros((table.shape[0], widest), np.int64)
+    block_sums = np.zeros(table.shape[0])
+    size = _BLOCK if table.shape[0] else 0
+    buffers = (np.empty(size), np.empty(size), np.empty(size), np.empty(size))
+    narrow = (  # per block, then per value (``_cpu_blocks.add_chunk_float32``)
+        np.empty(size, np.int64), np.empty(size, np.float32), np.empty(size, np.float32),
+        np.empty(size), np.empty(size, np.int64), np.empty(size, np.float32),
+        np.empty(size, np.float32), np.empty(size),
+    )  # fmt: skip
+    blocks = (rows, block_sums, buffers, narrow)
+    return keys, totals, counts, casts, running, extremes, blocks
 
 
 @numba.njit(cache=True, nogil=True)
 def _add_block(
     values, bits, keys_bits, block, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins,
-    thresholds, sums,
+    thresholds, scaling, sums,
 ):  # fmt: skip
     """Adds block number ``block`` of an array (at most ``_BLOCK`` values, given as floats
-    and as signed and unsigned integers of one width) to the running ``sums``."""
-    keys, totals, counts, casts, running, extremes = sums
+    and as signed and unsigned integers of one width) to the running ``sums``; ``scaling``
+    describes the block formats and where the block lies (``_scaling``)."""
+    keys, totals, counts, casts, running, extremes, blocks = sums
     if block % _FLUSH_BLOCKS == _FLUSH_BLOCKS - 1:
         totals += keys
         keys[:] = 0
@@ -372,6 +377,21 @@ def _add_block(
         _count_subnormals(bits, sign_mask, mant_bits, bias, counts[5 : 5 + n_bins], hist_lo)
     if thresholds.shape[0]:
         _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, nans + pos_inf + neg_inf, casts)
+    table, offset, row_length, tensor_scale, exponent = scaling
+    if table.shape[0]:
+        rows, block_sums, buffers, narrow = blocks
+        if mant_bits == 23:
+            _cpu_blocks.add_chunk_float32(
+                values, bits, subnormals, finite == len(values), offset, row_length, table,
+                tensor_scale, exponent, rows, block_sums, narrow,
+            )  # fmt: skip
+        else:
+            magnitudes = buffers[0][: len(values)]
+            _cpu_blocks.magnitudes(values, bits, sign_mask, inf_bits, mant_bits, magnitudes)
+            _cpu_blocks.add_chunk(
+                magnitudes, offset, row_length, table, tensor_scale, True, exponent,
+                rows, block_sums, buffers[1:],
+            )  # fmt: skip
     if finite:
         _add_block_moments(
             values, bits, subnormals, sign_mask, block_extremes[0], finite, mant_bits, bias, running
@@ -379,9 +399,10 @@ def _add_block(
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, sums):
-    """The counts and moments vectors (``record.engine_layout``) of ``n`` values summed."""
-    keys, totals, counts, casts, running, extremes = sums
+def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, table, exponent, sums):
+    """The counts and moments vectors (``tensor_stats.engine_layout``) of ``n`` values
+    summed."""
+    keys, totals, counts, casts, running, extremes, blocks = sums
     n_fields = (inf_bits >> mant_bits) + 1
     hist = counts[5 : 5 + n_bins]
     counts[0] = n
@@ -390,32 +411,104 @@ def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, sums):
         for row in range(4):
             hist[field - bias - hist_lo] += totals[row, field] + totals[row, n_fields + field]
     counts[5 + n_bins :] = casts.reshape(-1)
-    moments = np.empty(10)
+    moments = np.empty(10 + 3 * table.shape[0])
     moments[0] = math.ldexp(1.0, int(running[0])) if running[0] > _NO_SCALE else 1.0
     moments[1:6] = running[2:7]
     moments[6] = running[8]
-    moments[7:] = extreme_values(extremes, mant_bits)
-    return counts, moments
+    moments[7:10] = extreme_values(extremes, mant_bits)
+    if not table.shape[0]:
+        return counts, moments
+    # After the element formats' casts: each block format's (underflow, overflow), then
+    # each one's zero and clamped blocks and blocks per scale exponent.
+    rows, block_sums = blocks[0], blocks[1]
+    n_blocks = table.shape[0]
+    widths = _cpu_blocks.SCALES - _cpu_blocks.ZERO_BLOCKS + table[:, 7]
+    out = np.empty(len(counts) + 2 * n_blocks + widths.sum(), np.int64)
+    out[: len(counts)] = counts
+    at = len(counts)
+    for f in range(n_blocks):
+        out[at + 2 * f] = rows[f, _cpu_blocks.UNDER]
+        out[at + 2 * f + 1] = rows[f, _cpu_blocks.OVER]
+    at += 2 * n_blocks
+    for f in range(n_blocks):
+        out[at : at + widths[f]] = rows[
+            f, _cpu_blocks.ZERO_BLOCKS : _cpu_blocks.SCALES + table[f, 7]
+        ]
+        at += widths[f]
+        moments[10 + 3 * f] = exponent
+        # The signal, the sum of the finite values' squares, is the moments' (``running``).
+        signal = running[4] * math.ldexp(1.0, 2 * int(running[0] - exponent))
+        moments[11 + 3 * f] = signal if running[0] > _NO_SCALE else 0.0
+        moments[12 + 3 * f] = block_sums[f]
+    return out, moments
+
+
+@numba.njit(cache=True, nogil=True)
+def _chunk_end(lo, n, offset, row_length, aligned):
+    """Where the block of the array starting at ``lo`` (``offset`` values into its row)
+    ends: ``_BLOCK`` values on; with block-scaled formats over rows not ``aligned`` to
+    ``_SCALE_BLOCK``, at the end of its row or of as many whole rows as fit."""
+    if aligned:
+        return min(lo + _BLOCK, n)
+    if offset != 0 or row_length > _BLOCK:
+        return min(lo + min(_BLOCK, row_length - offset), n)
+    return min(lo + max(1, _BLOCK // row_length) * row_length, n)
+
+
+@numba.njit(cache=True, nogil=True)
+def _largest_finite(bits, sign_mask, inf_bits):
+    """The bit pattern of the largest finite |x| (0 when none), in the patterns' width."""
+    largest = _same_width_and(sign_mask, 0)
+    for i in range(len(bits)):
+        magnitude = _same_width_and(bits[i], sign_mask)
+        largest = _same_width_max(largest, _same_width_below(magnitude, inf_bits))
+    return np.int64(largest)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scaling(table, offset, row_length, amax):
+    """What ``_add_block`` needs for the block formats of ``table``: the table, the offset
+    of the array's first value in its row and the row length, nvfp4's per-tensor scale and
+    the exponent of the sums' units, both from the tensor's largest finite |x| ``amax``."""
+    return (
+        table,
+        offset,
+        row_length,
+        _cpu_blocks.tensor_scale(amax),
+        _cpu_blocks.sums_exponent(amax),
+    )
 
 
 @numba.njit(cache=True, nogil=True)
 def _summarise(
-    values, bits, keys_bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds
-):
-    """The counts and moments vectors (``record.engine_layout``) of one array, given as
-    floats and as signed and unsigned integers of the same width."""
-    sums = _new_sums(inf_bits, mant_bits, n_bins, thresholds.shape[0])
-    for block, lo in enumerate(range(0, len(bits), _BLOCK)):
-        hi = lo + _BLOCK
+    values, bits, keys_bits, sign_mask, inf_bits, mant_bits, bias, hist_lo, n_bins, thresholds,
+    table, offset, row_length, amax,
+):  # fmt: skip
+    """The counts and moments vectors (``tensor_stats.engine_layout``) of one array, given
+    as floats and as signed and unsigned integers of the same width. For block formats
+    (``table``), its first value lies ``offset`` values into a row of ``row_length``, and
+    ``amax`` is the whole tensor's largest finite |x| (negative: this array's, found here)."""
+    if table.shape[0] and amax < 0:
+        pattern = np.array([_largest_finite(bits, sign_mask, inf_bits)])
+        amax = extreme_values(pattern, mant_bits)[0]
+    scaling = _scaling(table, offset, row_length, amax)
+    aligned = table.shape[0] == 0 or row_length % _SCALE_BLOCK == 0
+    sums = _new_sums(inf_bits, mant_bits, n_bins, thresholds.shape[0], table)
+    lo = block = 0
+    while lo < len(bits):
+        hi = _chunk_end(lo, len(bits), offset, row_length, aligned)
         _add_block(
             values[lo:hi], bits[lo:hi], keys_bits[lo:hi], block, sign_mask, inf_bits,
-            mant_bits, bias, hist_lo, n_bins, thresholds, sums,
+            mant_bits, bias, hist_lo, n_bins, thresholds, scaling, sums,
         )  # fmt: skip
-    return _finish(len(bits), inf_bits, mant_bits, bias, hist_lo, n_bins, sums)
+        offset = (offset + hi - lo) % row_length
+        scaling = (table, offset, row_length, scaling[3], scaling[4])
+        lo, block = hi, block + 1
+    return _finish(len(bits), inf_bits, mant_bits, bias, hist_lo, n_bins, table, scaling[4], sums)
 
 
 @numba.njit(cache=True, nogil=True)
-def _summarise_float32(values, hist_lo, n_bins, thresholds):
+def _summarise_float32(values, hist_lo, n_bins, thresholds, table, offset, row_length, amax):
     """``_summarise`` of a float32 array."""
     return _summarise(
         values,
@@ -428,11 +521,15 @@ def _summarise_float32(values, hist_lo, n_bins, thresholds):
         hist_lo,
         n_bins,
         thresholds,
+        table,
+        offset,
+        row_length,
+        amax,
     )
 
 
 @numba.njit(cache=True, nogil=True)
-def _summarise_float64(values, hist_lo, n_bins, thresholds):
+def _summarise_float64(values, hist_lo, n_bins, thresholds, table, offset, row_length, amax):
     """``_summarise`` of a float64 array."""
     return _summarise(
         values,
@@ -445,27 +542,42 @@ def _summarise_float64(values, hist_lo, n_bins, thresholds):
         hist_lo,
         n_bins,
         thresholds,
+        table,
+        offset,
+        row_length,
+        amax,
     )
 
 
 @numba.njit(cache=True, nogil=True)
-def _summarise_bfloat16(patterns, hist_lo, n_bins, thresholds):
+def _summarise_bfloat16(patterns, hist_lo, n_bins, thresholds, table, offset, row_length, amax):
     """``_summarise`` of a bfloat16 array given as its uint16 bit patterns: each block is
     widened into a float32 buffer that stays in the cache (a bfloat16 is the top half of
     the float32 of the same value), so no float32 copy of the array is made."""
-    sums = _new_sums(_FLOAT32_INF, 23, n_bins, thresholds.shape[0])
+    if table.shape[0] and amax < 0:
+        top = _largest_finite(patterns.view(np.int16), np.int16(0x7FFF), np.int16(0x7F80))
+        amax = extreme_values(np.array([top << 16]), 23)[0]
+    scaling = _scaling(table, offset, row_length, amax)
+    aligned = table.shape[0] == 0 or row_length % _SCALE_BLOCK == 0
+    sums = _new_sums(_FLOAT32_INF, 23, n_bins, thresholds.shape[0], table)
     values = np.empty(min(len(patterns), _BLOCK), np.float32)
     bits = values.view(np.int32)
     keys_bits = values.view(np.uint32)
-    for block, lo in enumerate(range(0, len(patterns), _BLOCK)):
-        m = min(_BLOCK, len(patterns) - lo)
+    lo = block = 0
+    while lo < len(patterns):
+        hi = _chunk_end(lo, len(patterns), offset, row_length, aligned)
+        m = hi - lo
         for i in range(m):
             keys_bits[i] = np.uint32(patterns[lo + i]) << 16
         _add_block(
             values[:m], bits[:m], keys_bits[:m], block, _FLOAT32_SIGN_MASK, _FLOAT32_INF,
-            23, 127, hist_lo, n_bins, thresholds, sums,
+            23, 127, hist_lo, n_bins, thresholds, scaling, sums,
         )  # fmt: skip
-    return _finish(len(patterns), _FLOAT32_INF, 23, 127, hist_lo, n_bins, sums)
+        offset = (offset + m) % row_length
+        scaling = (table, offset, row_length, scaling[3], scaling[4])
+        lo, block = hi, block + 1
+    n = len(patterns)
+    return _finish(n, _FLOAT32_INF, 23, 127, hist_lo, n_bins, table, scaling[4], sums)
 
 
 @functools.cache
@@ -484,41 +596,80 @@ def threshold_bits(dtype: str, formats: tuple[str, ...], wide: bool) -> np.ndarr
 
 
 @functools.cache
-def _layout(dtype: str, formats: tuple[str, ...]) -> tuple[int, int, np.ndarray]:
-    """The kernel's arguments after the array: the histogram's lowest exponent and bins,
-    the formats' thresholds."""
+def block_table(dtype: str, formats: tuple[str, ...]) -> np.ndarray:
+    """The block formats among ``formats`` as the kernel reads them
+    (``BlockFormat.kernel_row``). Read-only."""
     info = fmt.info(dtype)
-    return info.min_exponent, info.n_bins, threshold_bits(dtype, formats, dtype == "float64")
+    names = fmt.split_formats(formats)[1]
+    table = block_formats.kernel_table(names, info.min_exponent, info.max_exponent)
+    table.flags.writeable = False
+    return table
+
+
+@functools.cache
+def _layout(dtype: str, formats: tuple[str, ...]) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """The kernel's arguments after the array: the histogram's lowest exponent and bins,
+    the element formats' thresholds and the block formats' table."""
+    info = fmt.info(dtype)
+    elements = fmt.split_formats(formats)[0]
+    thresholds = threshold_bits(dtype, elements, dtype == "float64")
+    return info.min_exponent, info.n_bins, thresholds, block_table(dtype, formats)
 
 
 def compute_cpu(
-    values: np.ndarray, dtype: str, formats: tuple[str, ...], threads: int | None = None
+    values: np.ndarray,
+    dtype: str,
+    formats: tuple[str, ...],
+    threads: int | None = None,
+    row_length: int = 1,
 ) -> TensorStats:
     """Statistics of a host array of ``dtype`` whose values are given as float64, as the
     uint16 bit patterns of bfloat16 (read in place) or as float32 (any other dtype
-    narrower than float64, widened exactly).
+    narrower than float64, widened exactly); block formats take its blocks along rows of
+    ``row_length`` values (the tensor's last dimension).
 
     An array of at least two parts of ``_MIN_PART`` values is split between this thread and
     up to ``threads - 1`` plain threads (default: one per core; the kernel drops the GIL) and
-    the parts merged exactly. The torch tracker passes ``threads=1`` (``Recorder`` says
-    why).
+    the parts merged exactly; parts begin on blocks' boundaries. The torch tracker passes
+    ``threads=1`` (``Recorder`` says why).
     """
     if not values.flags.c_contiguous:
         values = np.ascontiguousarray(values)
     values = values.reshape(-1)
     summarise = _KERNELS[values.dtype.type]
     layout = _layout(dtype, formats)
+    row_length = max(int(row_length), 1)
+    amax = _tensor_amax(values) if layout[3].shape[0] else -1.0
     parts = min(threads or _CORES, len(values) // _MIN_PART)
     if parts <= 1:
-        return TensorStats.unpack(dtype, formats, *summarise(values, *layout))
+        return TensorStats.unpack(dtype, formats, *summarise(values, *layout, 0, row_length, amax))
     bounds = np.linspace(0, len(values), parts + 1).astype(np.int64)
-    ranges = list(zip(bounds[:-1], bounds[1:]))
-    jobs = [_pool().submit(summarise, values[lo:hi], *layout) for lo, hi in ranges[1:]]
-    lo, hi = ranges[0]
-    results = [summarise(values[lo:hi], *layout)]  # in this thread
+    if layout[3].shape[0]:  # on a block boundary: a row's start plus a multiple of a block
+        bounds = (
+            bounds // row_length * row_length + bounds % row_length // _SCALE_BLOCK * _SCALE_BLOCK
+        )
+    ranges = [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+
+    def run(lo, hi):
+        return summarise(values[lo:hi], *layout, int(lo % row_length), row_length, amax)
+
+    jobs = [_pool().submit(run, lo, hi) for lo, hi in ranges[1:]]
+    results = [run(*ranges[0])]  # in this thread
     results += [job.result() for job in jobs]
     stats = (TensorStats.unpack(dtype, formats, *result) for result in results)
     return functools.reduce(TensorStats.merge, stats)
+
+
+def _tensor_amax(values: np.ndarray) -> float:
+    """The largest finite |x| of a kernel's input array (bfloat16 as uint16 patterns)."""
+    if values.dtype == np.uint16:
+        top = _largest_finite(values.view(np.int16), np.int16(0x7FFF), np.int16(0x7F80))
+        return float(extreme_values(np.array([top << 16]), 23)[0])
+    if values.dtype == np.float64:
+        top = _largest_finite(values.view(np.int64), *_FLOAT64_MASKS)
+        return float(extreme_values(np.array([top]), 52)[0])
+    top = _largest_finite(values.view(np.int32), _FLOAT32_SIGN_MASK, _FLOAT32_INF)
+    return float(extreme_values(np.array([top]), 23)[0])
 
 
 _KERNELS = {

@@ -12,12 +12,12 @@ The handler reads XLA's C structures (``xla/ffi/api/c_api.h``, API 0.x, as shipp
 ``jax.ffi.include_dir()``) as 64-bit words at fixed offsets: the one way for a numba
 ``cfunc`` to be an FFI handler without a C++ build. The fallback that needs none of it, the
 array kernel, left the tracked program's extra cost at 0.40-0.57x of plain training, against
-0.14-0.15x with this call (bench/RESULTS.md, JAX tracker, session 4). It reads the call
+0.14-0.15x with this call (bench/RESULTS.md, JAX tracker). It reads the call
 frame's stage, arguments and results, and each buffer's dtype, data and dims. It answers
 XLA's metadata query with the API version it was written against; registration first
 checks the major version of jax's headers and, if it differs, keeps the array kernel (with
-a warning). The formats'
-thresholds and the histogram's range come in as two small constant operands. The outputs
+a warning). The element formats' thresholds, the block formats' table and the histogram's
+range and the rows' length come in as three small constant operands. The outputs
 are the array kernel's: the counts vector (int32, or int64 under ``jax_enable_x64``) and
 the moments vector (float32 or float64), so everything downstream is the same. XLA runs
 its CPU threads in flush-to-zero mode; the kernel reads subnormals through their bit
@@ -108,10 +108,11 @@ def _float32_bits(value):
 
 @numba.njit(cache=True)
 def _handler(frame_pointer, float_type, int_type, summarise):
-    """``XLA_FFI_Error* (XLA_FFI_CallFrame*)`` for a call ``(values, thresholds, layout) ->
-    (counts, moments)``; ``layout`` holds the histogram's lowest exponent and its bins.
-    ``summarise`` is the CPU kernel of ``float_type`` arrays, whose thresholds come as
-    ``int_type`` bit patterns."""
+    """``XLA_FFI_Error* (XLA_FFI_CallFrame*)`` for a call ``(values, thresholds, blocks,
+    layout) -> (counts, moments)``; ``layout`` holds the histogram's lowest exponent, its
+    bins and the length of the rows along which block formats (``blocks``, int32 rows of
+    ``BlockFormat.kernel_row``) take their blocks. ``summarise`` is the CPU kernel of
+    ``float_type`` arrays, whose thresholds come as ``int_type`` bit patterns."""
     frame = numba.carray(frame_pointer, (_FRAME_WORDS,), np.int64)
     extension = frame[_FRAME_EXTENSION]
     if (
@@ -122,7 +123,7 @@ def _handler(frame_pointer, float_type, int_type, summarise):
         return _pointer(0)
     if _low32(frame[_FRAME_STAGE]) != _EXECUTE:
         return _pointer(0)
-    arguments = _words(frame[_FRAME_ARGS], 3)
+    arguments = _words(frame[_FRAME_ARGS], 4)
     source = _words(arguments[0], _BUFFER_WORDS)
     n = _words(source[_BUFFER_DIMS], 1)[0]
     values = numba.carray(_pointer(source[_BUFFER_DATA]), (n,), float_type)
@@ -130,10 +131,14 @@ def _handler(frame_pointer, float_type, int_type, summarise):
     n_formats = _words(table[_BUFFER_DIMS], 2)[0]
     thresholds = np.empty((n_formats, 7), np.int64)
     thresholds[:] = numba.carray(_pointer(table[_BUFFER_DATA]), (n_formats, 7), int_type)
-    layout_buffer = _words(arguments[2], _BUFFER_WORDS)
-    layout = numba.carray(_pointer(layout_buffer[_BUFFER_DATA]), (2,), np.int32)
-    hist_lo, n_bins = np.int64(layout[0]), np.int64(layout[1])
-    counts, moments = summarise(values, hist_lo, n_bins, thresholds)
+    blocks_buffer = _words(arguments[2], _BUFFER_WORDS)
+    n_blocks = _words(blocks_buffer[_BUFFER_DIMS], 2)[0]
+    blocks = np.empty((n_blocks, 8), np.int64)
+    blocks[:] = numba.carray(_pointer(blocks_buffer[_BUFFER_DATA]), (n_blocks, 8), np.int32)
+    layout_buffer = _words(arguments[3], _BUFFER_WORDS)
+    layout = numba.carray(_pointer(layout_buffer[_BUFFER_DATA]), (3,), np.int32)
+    hist_lo, n_bins, row_length = np.int64(layout[0]), np.int64(layout[1]), np.int64(layout[2])
+    counts, moments = summarise(values, hist_lo, n_bins, thresholds, blocks, 0, row_length, -1.0)
     results = _words(frame[_FRAME_RESULTS], 2)
     counts_out = _words(results[0], _BUFFER_WORDS)
     moments_out = _words(results[1], _BUFFER_WORDS)
@@ -143,11 +148,12 @@ def _handler(frame_pointer, float_type, int_type, summarise):
     else:
         numba.carray(counts_to, (len(counts),), np.int32)[:] = counts
     moments_to = _pointer(moments_out[_BUFFER_DATA])
+    n_moments = len(moments)
     if _low32(moments_out[_BUFFER_DTYPE]) == _F64:
-        numba.carray(moments_to, (10,), np.float64)[:] = moments
+        numba.carray(moments_to, (n_moments,), np.float64)[:] = moments
     else:
-        out = numba.carray(moments_to, (10,), np.int32)
-        for k in range(10):
+        out = numba.carray(moments_to, (n_moments,), np.int32)
+        for k in range(n_moments):
             out[k] = _float32_bits(moments[k])
     return _pointer(0)
 
@@ -212,9 +218,10 @@ def _register() -> None:
         jax.ffi.register_ffi_target(f"tandv_stats_{compute}", capsule, platform="cpu")
 
 
-def compute(values, dtype: str, formats: tuple[str, ...]):
+def compute(values, dtype: str, formats: tuple[str, ...], row_length: int = 1):
     """(counts, moments) of a flat float32/float64 jax array (widened from ``dtype``), in
-    the calling program."""
+    the calling program; block formats take their blocks along rows of ``row_length``
+    (below 2**31)."""
     import jax
     import jax.numpy as jnp
 
@@ -226,10 +233,12 @@ def compute(values, dtype: str, formats: tuple[str, ...]):
         jax.ShapeDtypeStruct((n_counts,), jnp.int64 if wide else jnp.int32),
         jax.ShapeDtypeStruct((n_moments,), jnp.float64 if wide else jnp.float32),
     )
-    thresholds = _cpu_kernel.threshold_bits(dtype, formats, compute_dtype == "float64")
+    elements = fmt.split_formats(formats)[0]
+    thresholds = _cpu_kernel.threshold_bits(dtype, elements, compute_dtype == "float64")
     if compute_dtype == "float32":
         thresholds = thresholds.astype(np.int32)
+    blocks = _cpu_kernel.block_table(dtype, formats).astype(np.int32)
     info = fmt.info(dtype)
-    layout = np.array([info.min_exponent, info.n_bins], np.int32)
+    layout = np.array([info.min_exponent, info.n_bins, max(row_length, 1)], np.int32)
     call = jax.ffi.ffi_call(f"tandv_stats_{compute_dtype}", shapes, vmap_method="sequential")
-    return call(jax.lax.stop_gradient(values), thresholds, layout)
+    return call(jax.lax.stop_gradient(values), thresholds, blocks, layout)

@@ -21,6 +21,7 @@ from tandv_tb import formats as fmt
 from tandv_tb.stats import _xla_cpu
 from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats._cpu_kernel import compute_cpu
+from tandv_tb.stats.inputs import float_dtype_name, untrackable_reason
 from tandv_tb.stats.tensor_stats import TensorStats
 
 
@@ -36,49 +37,33 @@ class Pending:
     moments: object = None
 
 
-def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
-    """Canonical format names; ``ValueError`` naming the first unknown one."""
-    if isinstance(formats, str):
-        formats = (formats,)
-    return _canonical_formats(tuple(formats))
-
-
-@functools.cache
-def _canonical_formats(formats: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(fmt.numpy_dtype(name).name for name in formats)
-
-
 def compute(tensor: object, formats: Sequence[str] = (), *, threads: int | None = None) -> Pending:
     """Start computing a float tensor's statistics on its own device, without a sync.
 
     Accepts torch tensors, jax arrays (also tracers inside ``jax.jit``) and numpy arrays
     of any float dtype. Raises ``TypeError`` naming what it got for anything else
-    (integer, bool, complex, strings, None, meta or sparse tensors). ``threads`` caps the
-    threads of the CPU kernel (``_cpu_kernel.compute_cpu``; default: one per core).
+    (integer, bool, complex, strings, None, meta or sparse tensors: ``inputs``).
+    ``formats`` are checked by ``formats.check_formats``; block formats take their blocks
+    along the tensor's last dimension. ``threads`` caps the threads of the CPU kernel
+    (``_cpu_kernel.compute_cpu``; default: one per core).
     """
-    formats = check_formats(formats)
+    formats = fmt.check_formats(formats)
     module = type(tensor).__module__.split(".")[0]
+    reason = untrackable_reason(tensor)
+    if reason is not None or module not in ("torch", "jax", "jaxlib", "numpy"):
+        raise TypeError(reason or f"expected a float tensor, got a {type(tensor).__name__}")
     if module == "torch":
         return _compute_torch(tensor, formats, threads)
     if module in ("jax", "jaxlib"):
         return _compute_jax(tensor, formats, threads)
-    if isinstance(tensor, np.ndarray | np.generic):
-        return _compute_numpy(np.asarray(tensor), formats, threads)
-    raise TypeError(
-        f"expected a float torch tensor, jax array or numpy array, got {type(tensor).__name__}"
-    )
+    return _compute_numpy(np.asarray(tensor), formats, threads)
 
 
-@functools.cache
-def _float_dtype_name(dtype: object) -> str:
-    """The ml_dtypes name of a float dtype (cached: it runs once per tensor)."""
-    try:
-        name = fmt.canonical_name(dtype)
-    except (TypeError, ValueError):
-        raise TypeError(f"expected a floating-point tensor, got dtype {dtype}") from None
-    if fmt.numpy_dtype(name).kind not in "fV":
-        raise TypeError(f"expected a floating-point tensor, got dtype {dtype}")
-    return name
+def _row_length(tensor: object) -> int:
+    """The length of the rows along which block formats take their blocks (the last
+    dimension; a 0-d tensor is one row of one value)."""
+    shape = tuple(tensor.shape)
+    return int(shape[-1]) if shape else 1
 
 
 def _host_values(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -90,48 +75,48 @@ def _host_values(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _compute_numpy(array: np.ndarray, formats: tuple[str, ...], threads: int | None) -> Pending:
-    dtype = _float_dtype_name(array.dtype)
+    dtype = float_dtype_name(array.dtype)
     host = _host_values(array, dtype)
-    return Pending(dtype, formats, ready=compute_cpu(host, dtype, formats, threads))
+    stats = compute_cpu(host, dtype, formats, threads, _row_length(array))
+    return Pending(dtype, formats, ready=stats)
 
 
 def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None) -> Pending:
     import torch
 
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
-    if tensor.is_meta:
-        raise TypeError("got a meta tensor: it has no values to compute statistics of")
-    if tensor.layout != torch.strided:
-        raise TypeError(f"got a {tensor.layout} tensor: only dense (strided) tensors are read")
-    dtype = _float_dtype_name(tensor.dtype)
+    dtype = float_dtype_name(tensor.dtype)
     wide = torch.float64 if dtype == "float64" else torch.float32
     values = tensor.detach()
+    row_length = _row_length(values)
     if values.is_cpu:  # numpy reads it in place (a strided one is copied by compute_cpu)
         if dtype == "bfloat16":
             host = values.view(torch.int16).numpy().view(np.uint16)
         else:
             host = (values if values.dtype == wide else values.to(wide)).numpy()
-        return Pending(dtype, formats, ready=compute_cpu(host, dtype, formats, threads))
-    counts, moments = compute_arrays(_torch_ops(), values.reshape(-1).to(wide), dtype, formats)
+        stats = compute_cpu(host, dtype, formats, threads, row_length)
+        return Pending(dtype, formats, ready=stats)
+    flat = values.reshape(-1).to(wide)
+    counts, moments = compute_arrays(_torch_ops(), flat, dtype, formats, row_length)
     return Pending(dtype, formats, counts=counts, moments=moments)
 
 
 def _compute_jax(array, formats: tuple[str, ...], threads: int | None) -> Pending:
     import jax
 
-    dtype = _float_dtype_name(array.dtype)
+    dtype = float_dtype_name(array.dtype)
+    row_length = _row_length(array)
     if isinstance(array, jax.core.Tracer):
-        counts, moments = _traced_jax(_jax_values(array, dtype), dtype, formats)
+        counts, moments = _traced_jax(_jax_values(array, dtype), dtype, formats, row_length)
     elif all(device.platform == "cpu" for device in array.devices()):
         host = _host_values(np.asarray(array), dtype)
-        return Pending(dtype, formats, ready=compute_cpu(host, dtype, formats, threads))
+        stats = compute_cpu(host, dtype, formats, threads, row_length)
+        return Pending(dtype, formats, ready=stats)
     else:
-        counts, moments = _jitted_jax_kernel(dtype, formats)(array)
+        counts, moments = _jitted_jax_kernel(dtype, formats, row_length)(array)
     return Pending(dtype, formats, counts=counts, moments=moments)
 
 
-def _traced_jax(values, dtype: str, formats: tuple[str, ...]):
+def _traced_jax(values, dtype: str, formats: tuple[str, ...], row_length: int):
     """Counts and moments of a traced array in the program being traced: the array kernel,
     or, lowered for the CPU where the process has one device, the CPU kernel as an XLA FFI
     call (``_xla_cpu``: faster there). With several devices the array kernel
@@ -140,13 +125,13 @@ def _traced_jax(values, dtype: str, formats: tuple[str, ...]):
     import jax
 
     def array_kernel(v):
-        return compute_arrays(_jax_ops(), v, dtype, formats)
+        return compute_arrays(_jax_ops(), v, dtype, formats, row_length)
 
     if jax.device_count() > 1 or not _xla_cpu.ready():
         return array_kernel(values)
 
     def cpu_kernel(v):
-        return _xla_cpu.compute(v, dtype, formats)
+        return _xla_cpu.compute(v, dtype, formats, row_length)
 
     return jax.lax.platform_dependent(values, cpu=cpu_kernel, default=array_kernel)
 
@@ -158,10 +143,13 @@ def _jax_values(array, dtype: str):
 
 
 @functools.cache
-def _jitted_jax_kernel(dtype: str, formats: tuple[str, ...]):
+def _jitted_jax_kernel(dtype: str, formats: tuple[str, ...], row_length: int):
     import jax
 
-    return jax.jit(lambda a: compute_arrays(_jax_ops(), _jax_values(a, dtype), dtype, formats))
+    def kernel(array):
+        return compute_arrays(_jax_ops(), _jax_values(array, dtype), dtype, formats, row_length)
+
+    return jax.jit(kernel)
 
 
 @functools.cache

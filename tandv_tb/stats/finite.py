@@ -4,12 +4,12 @@ patterns, many blocks in one call.
 The largest ``|bits|`` (the pattern without its sign bit) reaches the pattern of +Inf
 exactly when some value is NaN or +/-Inf. The reduction runs in the patterns' own width
 (vector lanes of 32 bits for float32): 0.10-0.13 ns a float32 value, against 0.19-0.24 ns
-for numpy's ``sum`` (65,536 to 8 M values, CPU time, 2026-11-23, the shared 2-core AMD
+for numpy's ``sum`` (65,536 to 8 M values, CPU time, on a shared 2-core AMD
 EPYC VM under load); unlike a sum it cannot overflow.
 
 The blocks are given by address, so that the PyTorch watch checks the 200-odd weights,
 gradients and optimizer states of a step in one call, without a numpy view of each: 0.15
-us a small tensor against 1.3 us for a call per tensor (2026-11-24).
+us a small tensor against 1.3 us for a call per tensor (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from tandv_tb.stats._cpu_kernel import _same_width_and, _same_width_max
+from tandv_tb.stats._bit_ops import _same_width_and, _same_width_max
 
 #: By float format: the magnitude mask and +Inf's pattern, as integers of the width its
 #: patterns are read in.

@@ -1,10 +1,18 @@
 """Host-side results of the statistics engine.
 
 ``TensorStats`` holds *sufficient* statistics of one tensor (or of several calls of one
-module in one step): counts, the exponent histogram, cast counts per format and scaled
-moments. Two of them merge exactly (``merge``); ``to_record`` turns one into the
-``NumericsRecord`` that is written to disk and served: the contract's counts, bins and
-scalar statistics.
+module in one step): counts, the exponent histogram, cast counts per format, the block
+formats' counts and sums of squares, and scaled moments. Two of them merge exactly
+(``merge``); ``to_record`` turns one into the ``NumericsRecord`` that is written to disk and
+served: the contract's counts, bins and scalar statistics.
+
+The engine's kernels give two vectors (``engine_layout`` gives their lengths), for the
+formats in ``formats.check_formats`` order (element formats, then block formats):
+
+- counts (integers): ``COUNTS``, the histogram over the dtype's whole exponent range, an
+  (underflow, overflow) pair per format, then per block format ``BLOCK_COUNTS`` and the
+  number of blocks per scale exponent (``BlockFormat.scale_range`` of the dtype);
+- moments (floats): ``MOMENTS``, then per block format ``BLOCK_MOMENTS``.
 """
 
 from __future__ import annotations
@@ -14,8 +22,9 @@ import math
 
 import numpy as np
 
+from tandv_tb import block_formats
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord, TensorCounts
+from tandv_tb.disk.record import COUNTS, STATISTICS, BlockCounts, NumericsRecord, TensorCounts
 
 #: The layout of the engine's float vector: the finite values x are scaled by ``scale``
 #: (their max |x|, or 1 when that is 0) so no power overflows; s = x / scale.
@@ -32,6 +41,11 @@ MOMENTS = (
     "min_abs_nonzero",  # min |x| over x != 0 (inf when there is none)
 )
 _POWERS = {"sum_s2": 2, "sum_s4": 4, "sum_s8": 8}
+#: Per block format, after the (underflow, overflow) pair, in the counts vector.
+BLOCK_COUNTS = ("zero_blocks", "clamped_low", "clamped_high")
+#: Per block format, in the moments vector: the sums of squares of the finite values and of
+#: their quantization errors, in units of 4**exponent (``BlockCounts``).
+BLOCK_MOMENTS = ("exponent", "signal", "error")
 
 
 @dataclasses.dataclass
@@ -48,6 +62,9 @@ class TensorStats(TensorCounts):
     underflow: np.ndarray
     overflow: np.ndarray
     moments: dict[str, float]
+    #: Per block format of ``formats``: its ``BlockCounts`` (whose under/overflow are
+    #: those of ``underflow``/``overflow``).
+    blocks: dict[str, BlockCounts] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def unpack(
@@ -56,9 +73,12 @@ class TensorStats(TensorCounts):
         """Decode the engine's vectors (``engine_layout`` gives their lengths)."""
         info = fmt.info(dtype)
         counts = np.asarray(counts, dtype=np.int64)
+        moments = np.asarray(moments, np.float64)
         head = len(COUNTS)
         numel, zeros, nans, posinf, neginf = counts[:head].tolist()
-        casts = counts[head + info.n_bins :]
+        casts_end = head + info.n_bins + 2 * len(formats)
+        casts = counts[head + info.n_bins : casts_end]
+        blocks = _unpack_blocks(info, formats, casts, counts[casts_end:], moments[len(MOMENTS) :])
         return cls(
             dtype=info.name,
             numel=numel,
@@ -71,7 +91,8 @@ class TensorStats(TensorCounts):
             formats=tuple(formats),
             underflow=casts[0::2].copy(),
             overflow=casts[1::2].copy(),
-            moments=dict(zip(MOMENTS, np.asarray(moments, np.float64).tolist())),
+            moments=dict(zip(MOMENTS, moments[: len(MOMENTS)].tolist())),
+            blocks=blocks,
         )
 
     def merge(self, other: TensorStats) -> TensorStats:
@@ -97,6 +118,7 @@ class TensorStats(TensorCounts):
             underflow=self.underflow + other.underflow,
             overflow=self.overflow + other.overflow,
             moments=_merge_moments(self, other),
+            blocks={name: self.blocks[name].merge(other.blocks[name]) for name in self.blocks},
         )
 
     def to_record(self) -> NumericsRecord:
@@ -107,6 +129,7 @@ class TensorStats(TensorCounts):
             bins_lo, counts = self.hist_lo + int(first), self.hist[first : last + 1].copy()
         else:
             bins_lo, counts = 0, np.zeros(0, dtype=np.int64)
+        elements = fmt.split_formats(self.formats)[0]
         return NumericsRecord(
             dtype=self.dtype,
             numel=self.numel,
@@ -117,8 +140,9 @@ class TensorStats(TensorCounts):
             bins_lo=bins_lo,
             counts=counts,
             statistics=self._statistics(),
-            underflow=dict(zip(self.formats, self.underflow.tolist())),
-            overflow=dict(zip(self.formats, self.overflow.tolist())),
+            underflow=dict(zip(elements, self.underflow.tolist())),  # elements come first
+            overflow=dict(zip(elements, self.overflow.tolist())),
+            blocks={name: block.trimmed() for name, block in self.blocks.items()},
         )
 
     def _statistics(self) -> dict[str, float]:
@@ -160,6 +184,44 @@ def _merge_moments(a: TensorStats, b: TensorStats) -> dict[str, float]:
     return merged
 
 
+def _unpack_blocks(
+    info: fmt.FormatInfo,
+    formats: tuple[str, ...],
+    casts: np.ndarray,
+    counts: np.ndarray,
+    moments: np.ndarray,
+) -> dict[str, BlockCounts]:
+    blocks = {}
+    names = fmt.split_formats(formats)[1]
+    first = len(formats) - len(names)
+    at = 0
+    for k, name in enumerate(names):
+        lo, n = _scale_range(info, name)
+        fields = counts[at : at + len(BLOCK_COUNTS)].tolist()
+        scales = counts[at + len(BLOCK_COUNTS) : at + len(BLOCK_COUNTS) + n].copy()
+        at += len(BLOCK_COUNTS) + n
+        exponent, signal, error = moments[len(BLOCK_MOMENTS) * k : len(BLOCK_MOMENTS) * (k + 1)]
+        blocks[name] = BlockCounts(
+            int(casts[2 * (first + k)]),
+            int(casts[2 * (first + k) + 1]),
+            *fields,
+            scale_lo=lo,
+            scales=scales,
+            exponent=int(exponent),
+            signal=float(signal),
+            error=float(error),
+        )
+    return blocks
+
+
+def _scale_range(info: fmt.FormatInfo, name: str) -> tuple[int, int]:
+    return block_formats.block_format(name).scale_range(info.min_exponent, info.max_exponent)
+
+
 def engine_layout(dtype: str, formats: tuple[str, ...]) -> tuple[int, int]:
     """Lengths of the engine's count and moment vectors for a dtype and formats."""
-    return len(COUNTS) + fmt.info(dtype).n_bins + 2 * len(formats), len(MOMENTS)
+    info = fmt.info(dtype)
+    blocks = fmt.split_formats(formats)[1]
+    block_counts = sum(len(BLOCK_COUNTS) + _scale_range(info, b)[1] for b in blocks)
+    n_counts = len(COUNTS) + info.n_bins + 2 * len(formats) + block_counts
+    return n_counts, len(MOMENTS) + len(BLOCK_MOMENTS) * len(blocks)

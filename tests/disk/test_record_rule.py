@@ -25,6 +25,7 @@ SAYS = {
     "total": "add up",
     "range": "lie outside",
     "statistics": "uint32",
+    "blocks": "block formats section",
 }
 
 
@@ -41,8 +42,10 @@ def refusal(values: list[int] | None, n_formats: int) -> str | None:
     code, numel, *others, lo_stored, n_bins = values[:HEADER]
     if not 0 <= code < len(CODES):
         return "dtype"
-    if n_bins < 0 or len(values) != HEADER + n_bins + 2 * n_formats + N_STATS:
+    if n_bins < 0 or len(values) < HEADER + n_bins + 2 * n_formats + N_STATS:
         return "length"
+    if len(values) > HEADER + n_bins + 2 * n_formats + N_STATS:
+        return "blocks"  # values after the statistics: no well-formed section, by chance
     bins = values[HEADER : HEADER + n_bins]
     casts = values[HEADER + n_bins : HEADER + n_bins + 2 * n_formats]
     stats = values[HEADER + n_bins + 2 * n_formats :]

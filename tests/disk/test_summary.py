@@ -28,7 +28,7 @@ def test_metadata_round_trip_and_shape():
     content = meta.plugin_data.content
     assert b" " not in content  # compact JSON
     assert json.loads(content) == {
-        "version": metadata.PLUGIN_DATA_VERSION,
+        "version": metadata.PLAIN_VERSION,
         "name": "layers.0.attn.wq",
         "tensor_type": "Activation",
         "module_type": "Linear",
@@ -227,7 +227,7 @@ def test_encode_refuses_mismatched_formats_and_unknown_dtypes():
         (lambda a: a.astype(np.float64), "1-D integer vector"),
         (lambda a: a[:5], "at least"),
         (lambda a: a[:-1], "values, got"),
-        (lambda a: np.concatenate([a, [0]]), "values, got"),
+        (lambda a: np.concatenate([a, [0]]), "block formats section"),
         (lambda a: np.concatenate([[99], a[1:]]), "unknown dtype code 99"),
         (lambda a: np.concatenate([a[:1], [a[1] + 1], a[2:]]), "add up to"),
         (lambda a: np.concatenate([a[:6], [1100 + 500], a[7:]]), "outside"),

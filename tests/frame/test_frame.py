@@ -14,7 +14,7 @@ from tensorboard.compat.proto import summary_pb2
 from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.metadata import PLUGIN_DATA_VERSION, TagInfo, create_summary_metadata
+from tandv_tb.disk.metadata import PLAIN_VERSION, TagInfo, create_summary_metadata
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
 from tandv_tb.disk.summary import encode_record
 from tandv_tb.frame import (
@@ -296,7 +296,7 @@ def test_future_versions_and_malformed_records_are_skipped_with_a_warning(tmp_pa
     good, future = TagInfo("good", "Activation"), TagInfo("future", "Gradient")
     encoded = encode_record(record_of(crafted("float32")), ())
     future_content = create_summary_metadata("future", "Gradient").plugin_data.content.replace(
-        f'"version":{PLUGIN_DATA_VERSION}'.encode(), b'"version":99'
+        f'"version":{PLAIN_VERSION}'.encode(), b'"version":99'
     )
     other = summary_pb2.Summary.Value(
         tag="loss",

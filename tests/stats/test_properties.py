@@ -23,6 +23,7 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tandv_tb import formats as fmt
 from tandv_tb.formats import numpy_dtype
 from tandv_tb.stats import engine
 from tandv_tb.stats.tensor_stats import TensorStats
@@ -200,9 +201,7 @@ def test_jax_tracers_under_jit_of_every_dtype_and_layout(case):
     name, values, ops, formats = case
     array = jnp.asarray(values)
     counts, moments = _traced(ops, formats)(array)
-    stats = TensorStats.unpack(
-        name, engine.check_formats(formats), *jax.device_get((counts, moments))
-    )
+    stats = TensorStats.unpack(name, fmt.check_formats(formats), *jax.device_get((counts, moments)))
     held = _held(jax.jit(lambda x: _apply(x, ops))(array))
     _check(stats, held, formats, rtol=1e-4)  # float32 sums on the device
 

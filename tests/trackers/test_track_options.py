@@ -26,6 +26,7 @@ BAD = [
     ({"include": "("}, ValueError, "include"),
     ({"exclude": [3]}, TypeError, "exclude"),
     ({"formats": ("float8_e9",)}, ValueError, "formats"),
+    ({"formats": ("nvfp4:rceil",)}, ValueError, "formats"),
 ]
 
 
