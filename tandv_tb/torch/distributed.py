@@ -17,6 +17,12 @@ layout lacks (the first tracked step; a module that runs on some ranks only), ev
 sees it in the sum's first value, the ranks exchange their lists once
 (``all_gather_object``), extend the layout identically, and send the step again. Sizes
 therefore always match: a collective of mismatched sizes would abort the process.
+
+Block-scaled formats (``tandv_tb.block_formats``) also need each tensor's block scales and
+quantization error, whose ranges differ from rank to rank: where they are recorded, the
+ranks' ``BlockCounts`` travel in one more collective (``all_gather_object``) and rank 0
+merges them in rank order (``BlockCounts.merge``, exact: counts add, the error sums are
+rescaled to the larger exponent).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class RankCombiner:
 
     def __init__(self, formats: tuple[str, ...], group: dist.ProcessGroup | None = None) -> None:
         self.formats = formats
+        self._block_formats = fmt.split_formats(formats)[1]
         self.group = group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
@@ -94,7 +101,28 @@ class RankCombiner:
             packed, _ = self._pack(local)
             total = self._all_reduce(packed)
         self.nonfinite = self._any_nonfinite(total)
-        return self._unpack(total) if self.rank == 0 else []
+        blocks = self._gather_blocks(local) if self._block_formats else {}
+        if self.rank != 0:
+            return []
+        combined = self._unpack(total)
+        for entry, stats in combined:
+            stats.blocks = blocks.get((entry.name, entry.tensor_type), {})
+        return combined
+
+    def _gather_blocks(self, local: dict) -> dict[tuple[str, str], dict]:
+        """Every tensor's block-format counts merged over the ranks that hold it, in rank
+        order (on rank 0; every rank takes part)."""
+        mine = {key: stats.blocks for key, (_, stats) in local.items() if stats.blocks}
+        gathered: list = [None] * self.world
+        dist.all_gather_object(gathered, mine, group=self.group)
+        merged: dict[tuple[str, str], dict] = {}
+        for rank_blocks in gathered:
+            for key, blocks in rank_blocks.items():
+                known = merged.get(key)
+                if known is not None:
+                    blocks = {name: known[name].merge(blocks[name]) for name in known}
+                merged[key] = blocks
+        return merged
 
     def _any_nonfinite(self, total: np.ndarray) -> bool:
         start = 1

@@ -14,9 +14,15 @@ from tests.helpers.tracker_records import Stored, read_records  # noqa: F401  (r
 
 
 def expected(values: torch.Tensor | list[torch.Tensor], formats=()) -> NumericsRecord:
-    """The record of a tensor (or of several, concatenated), as the engine makes it."""
+    """The record of a tensor (or of several, concatenated), as the engine makes it.
+    Tensors of one last dimension are stacked by rows, so that block formats see the
+    blocks each of them has (blocks run along the last dimension)."""
     if isinstance(values, (list, tuple)):
-        values = torch.cat([v.detach().reshape(-1) for v in values])
+        widths = {v.shape[-1] if v.dim() else None for v in values}
+        if len(widths) == 1 and None not in widths:
+            values = torch.cat([v.detach().reshape(-1, v.shape[-1]) for v in values])
+        else:
+            values = torch.cat([v.detach().reshape(-1) for v in values])
     return tensor_stats(values.detach(), formats).to_record()
 
 
@@ -29,6 +35,13 @@ def assert_same(got: NumericsRecord, want: NumericsRecord, rtol: float = 2e-6) -
     assert got.underflow == want.underflow and got.overflow == want.overflow
     for name, value in want.statistics.items():
         np.testing.assert_allclose(got.statistics[name], value, rtol=rtol, err_msg=name)
+    assert got.blocks.keys() == want.blocks.keys()
+    for name, block in want.blocks.items():
+        mine = got.blocks[name]
+        for field in ("underflow", "overflow", "zero_blocks", "clamped_low", "clamped_high"):
+            assert getattr(mine, field) == getattr(block, field), (name, field)
+        assert mine.scale_lo == block.scale_lo and np.array_equal(mine.scales, block.scales)
+        np.testing.assert_allclose(mine.snr_db, block.snr_db, rtol=1e-5, err_msg=name)
 
 
 class Block(nn.Module):
