@@ -82,7 +82,12 @@ def _parser() -> argparse.ArgumentParser:
         "format",
     )
     shown.add_argument("--all", action="store_true", help="one finding per tensor, not grouped")
-    findings.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    findings.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of objects: every group, with its tensors count and the "
+        "findings it stands for (with --all: every finding), nothing folded",
+    )
     findings.add_argument(
         "--fail-on",
         choices=SEVERITIES,

@@ -311,6 +311,7 @@ def test_no_numerics_no_findings(tmp_path):
         ("findings", "{logdir}", "--compare", "a"),
         ("findings", "{logdir}", "--compare", "a", "a"),
         ("findings", "{logdir}", "--compare", "a", "b", "--run", "a"),
+        ("findings", "{logdir}", "--groups", "--all"),
         ("findings",),
         (),
     ],
