@@ -95,30 +95,32 @@ def group(
     found: list[Finding], numerics: dict[str, RunNumerics], thresholds: Thresholds
 ) -> list[Group]:
     """The findings of ``found`` (one row per tensor) as groups, in ``group_order``."""
-    conditions = {
-        (f.run, f.format, f.tensor_type, f.name): f.kind
-        for f in sorted(found, key=lambda f: f.kind != "underflow")  # underflow wins
+    conditions = {  # what each tensor's scale remedies: its underflow, else its overflow
+        _cast_of(f): f.kind
+        for f in sorted(found, key=lambda f: f.kind == "underflow")  # written last: it wins
         if f.kind in ("underflow", "overflow")
     }
-    scales = {(f.run, f.format, f.tensor_type, f.name): f for f in found if f.kind == "scale"}
+    scales = {_cast_of(f): f for f in found if f.kind == "scale"}
     members: dict[tuple, list[Finding]] = {}
     for f in found:
-        remedies = ""
-        if f.kind == "scale":
-            remedies = conditions.get((f.run, f.format, f.tensor_type, f.name), "")
+        remedies = conditions.get(_cast_of(f), "") if f.kind == "scale" else ""
         members.setdefault(group_key(f, remedies), []).append(f)
     groups = []
     for key, listed in members.items():
         run = numerics[key[0]]
         ordered = sorted(listed, key=lambda f: (f.step, run.rank_of(f.tensor_type, f.name)))
         remedy = [
-            scales[f.run, f.format, f.tensor_type, f.name]
+            scales[_cast_of(f)]
             for f in ordered
-            if f.kind in ("underflow", "overflow")
-            and (f.run, f.format, f.tensor_type, f.name) in scales
+            if f.kind in ("underflow", "overflow") and _cast_of(f) in scales
         ]
         groups.append(_group(ordered, remedy, key[-1], run, thresholds))
     return sorted(groups, key=group_order)
+
+
+def _cast_of(finding: Finding) -> tuple:
+    """The run, format and tensor of a finding: a tensor cast to a format."""
+    return (finding.run, finding.format, finding.tensor_type, finding.name)
 
 
 def _group(members, remedy, remedies: str, run: RunNumerics, thresholds: Thresholds) -> Group:

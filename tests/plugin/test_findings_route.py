@@ -143,7 +143,9 @@ def test_the_route_and_the_python_api_agree(app, logdir, tmp_path):
 
 def test_folds_are_the_lines_the_command_line_folds(tmp_path):
     """Values far below float8_e4m3fn's smallest subnormal in two tensor types: two
-    underflow groups and their two scale groups, folded into one line as printed."""
+    underflow groups and their two scale groups, folded into one line as printed. One
+    gradient also overflows (one value in 64 far above 448): it has an overflow group of
+    its own, and its scale stays with the underflow it remedies too."""
     logdir = tmp_path / "logs"
     rng = np.random.default_rng(0)
     with NumericsWriter(str(logdir / "tiny"), formats=("float8_e4m3fn",)) as writer:
@@ -151,6 +153,8 @@ def test_folds_are_the_lines_the_command_line_folds(tmp_path):
             for tensor_type in ("Gradient", "Weight_Gradient"):
                 for name in ("fc1", "fc2"):
                     values = (rng.normal(size=64) * 1e-6).astype(np.float32)
+                    if (tensor_type, name) == ("Gradient", "fc2"):
+                        values[0] = 1e6
                     writer.add_numerics(name, values, step, tensor_type=tensor_type)
     tb = TensorBoardApp(logdir, "python")
     try:
@@ -163,19 +167,23 @@ def test_folds_are_the_lines_the_command_line_folds(tmp_path):
     ]
     check_groups(resolved, found["findings"])
     assert sorted((g["kind"], g["tensor_type"], g["tensors"]) for g in found["groups"]) == [
+        ("overflow", "Gradient", 1),
         ("scale", "Gradient", 2),
         ("scale", "Weight_Gradient", 2),
         ("underflow", "Gradient", 2),
         ("underflow", "Weight_Gradient", 2),
     ]
     (fold,) = found["folds"]
-    assert sorted(fold["groups"]) == list(range(4))
+    kinds = sorted(found["groups"][i]["kind"] for i in fold["groups"])
+    assert kinds == ["scale", "scale", "underflow", "underflow"]
     assert (fold["run"], fold["kind"], fold["format"], fold["tensors"]) == (
         "tiny",
         "underflow",
         "float8_e4m3fn",
         4,
     )
+    (headline,) = found["headlines"]
+    assert headline["message"].startswith("float8_e4m3fn overflows from step 0: Gradient 'fc2'")
     printed = cli("findings", str(logdir)).stdout.splitlines()
     (line,) = [line for line in printed if " underflow " in line]
     assert line.endswith(f"  {fold['message']}{FOLD_HINT}")
