@@ -22,7 +22,7 @@ import json
 import math
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from tandv_tb.diagnosis.base import SEVERITIES, severity_rank
 
@@ -113,7 +113,7 @@ def table(rows: list, columns: tuple[str, ...]) -> list[str]:
     ]
 
 
-def report(found: Diagnosis, shown: str) -> str:
+def report(found: Diagnosis, shown: Literal["view", "groups", "all"]) -> str:
     """The headlines, the findings and which runs were compared, as text: ``shown`` is
     ``"view"`` (the default view, folds hinting at ``--groups``), ``"groups"`` or
     ``"all"`` (one finding per tensor)."""

@@ -67,6 +67,8 @@ def default_view(
 
 
 def _fold(together, conditions, run: RunNumerics, thresholds: Thresholds) -> Fold:
+    """The ``Fold`` of ``together``: ``conditions`` (its ``underflow`` groups, the one
+    kind expected of an unscaled format) told with the ``scale`` groups remedying them."""
     members = [f for g in conditions for f in g.findings]
     members.sort(key=lambda f: (f.step, run.rank_of(f.tensor_type, f.name)))
     remedy = [f for g in together if g.kind == "scale" for f in g.findings]
