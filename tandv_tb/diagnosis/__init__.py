@@ -2,10 +2,11 @@
 
 ``tandv_tb.findings(logdir)`` (this package's ``findings``) reads every recorded step of the
 runs under a logdir from the numerics store (``tandv_tb.store``) and returns the
-findings, grouped (``grouping``) or one row per tensor; ``tandv-tb findings LOGDIR``
-(``cli``) prints each run's headline (``headline``) and the grouped findings; the plugin's
-``findings`` route serves them to the Numerics tab. ``engine`` runs every kind, one module
-per group of kinds:
+findings, grouped (``grouping``: one run, kind, format and tensor type) or one row per
+tensor; ``tandv-tb findings LOGDIR`` (``cli``) prints each run's headline (``headline``)
+and the groups, those expected of an unscaled format folded into one line per run and
+format (``folding``); the plugin's ``findings`` route serves them to the Numerics tab.
+``engine`` runs every kind, one module per group of kinds:
 
 - ``first_nonfinite``: ``nonfinite`` (error), the run's first NaN/Inf and its first tensor;
 - ``low_precision``: ``overflow`` (error/warning), ``underflow`` (warning), ``scale`` (info)
@@ -14,8 +15,8 @@ per group of kinds:
 - ``divergence``: ``divergence`` (warning) between two comparable runs (``comparable``).
 
 Each module imports only modules below it (``tests/diagnosis/test_layers.py``): ``base``;
-``run_numerics``; the kinds, ``comparable``, ``grouping`` and ``headline``; ``divergence``;
-``engine``; this package; ``cli``.
+``run_numerics``; the kinds, ``comparable``, ``grouping`` and ``headline``; ``divergence``
+and ``folding``; ``engine``; this package; ``cli``.
 
 The package is called ``diagnosis``, not ``findings``: a subpackage ``tandv_tb.findings``
 would replace the function ``tandv_tb.findings`` by itself as soon as it was imported.
@@ -100,9 +101,11 @@ def findings(
     ``"warning"`` or ``"info"``), ``tensor_type`` (str, may be empty), ``name`` (str, may
     be empty), ``value`` (float64, may be NaN) and ``message`` (str).
 
-    ``grouped=True`` (the default): one row per condition that many tensors share (a
-    run, kind and format), its sentence giving the numbers, plus the column ``tensors``
-    (int64, how many tensors share it). ``grouped=False``: one row per tensor.
+    ``grouped=True`` (the default): one row per condition that many tensors share (one
+    run, kind, format and tensor type; ``tandv_tb.diagnosis.grouping`` gives the key of
+    the kinds without a tensor type), its sentence giving the numbers, plus the column
+    ``tensors`` (int64, how many tensors share it). ``grouped=False``: one row per tensor.
+    Every group is a row (the command line's default output folds some, not this).
     ``divergence`` compares runs that share most of their tensors (same type, name and
     size); ``compare=(RUN_A, RUN_B)`` keeps those two runs and compares them whatever
     they share.

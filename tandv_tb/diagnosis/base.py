@@ -50,8 +50,8 @@ class Finding:
     #: The metric that shows it, where the kind alone does not say: the statistic that
     #: jumped (``drift``), the metric compared (``divergence``).
     metric: str = ""
-    #: How many tensors it stands for: every tensor above the limit at an ``overflow``'s
-    #: step, every tensor with NaN/Inf at a ``nonfinite``'s step; 1 otherwise.
+    #: How many tensors it stands for: every tensor with NaN/Inf at a ``nonfinite``'s step
+    #: (the first of them is named); 1 otherwise (one tensor, or the run's loss).
     tensors: int = 1
     #: A ``scale``: the estimated share of values still lost at the suggested scale.
     still_lost: float = math.nan

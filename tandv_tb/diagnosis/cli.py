@@ -1,29 +1,35 @@
-"""The command line: ``tandv-tb findings LOGDIR [--run R | --compare RUN_A RUN_B] [--all]
-[--json] [--fail-on LEVEL]``.
+"""The command line: ``tandv-tb findings LOGDIR [--run R | --compare RUN_A RUN_B]
+[--groups | --all] [--json] [--fail-on LEVEL]``.
 
 Prints each run's headline, then the grouped findings as a table, then which runs were
-compared: a logdir's story on one screen. ``--all`` lists one finding per tensor instead.
-``--json`` prints a JSON list of objects (``value`` null where it is NaN): the grouped
-findings with their ``tensors`` count and the ``findings`` each stands for, or with
-``--all`` one object per finding, with the columns of ``tandv_tb.findings``. Exits 1 when
-a finding at or above ``--fail-on`` (default ``error``) exists, else 0, so a pipeline can
-gate on it. Bad arguments, a missing logdir or an unknown run exit 2 with one line on
-stderr. Imports are kept to what the findings need (no pandas, torch or jax).
+compared: a logdir's story on one screen. The table folds what is expected of an unscaled
+format (the ``underflow`` groups and their ``scale`` groups, ``folding``) into one line
+per run and format; ``--groups`` prints every group instead, ``--all`` one finding per
+tensor. ``--json`` prints a JSON list of objects (``value`` null where it is NaN): every
+group with its ``tensors`` count and the ``findings`` it stands for, or with ``--all``
+one object per finding, with the columns of ``tandv_tb.findings`` (the folding is only a
+way of printing). Exits 1 when a finding at or above ``--fail-on`` (default ``error``)
+exists, else 0, so a pipeline can gate on it. Bad arguments, a missing logdir or an
+unknown run exit 2 with one line on stderr. Imports are kept to what the findings need
+(no pandas, torch or jax).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from tandv_tb.diagnosis.base import SEVERITIES, severity_rank
 
 if TYPE_CHECKING:
     from tandv_tb.diagnosis.engine import Diagnosis
+    from tandv_tb.diagnosis.folding import Fold
+    from tandv_tb.diagnosis.grouping import Group
 
 PROG = "tandv-tb"
 #: Characters that would break a table line or hide text in a terminal: control
@@ -31,6 +37,8 @@ PROG = "tandv-tb"
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _TABLE = ("severity", "run", "step", "kind", "message")  # the name is in the message
 _GROUPED = ("severity", "run", "step", "kind", "tensors", "message")
+#: What a folded line adds on the command line (the card opens the fold instead).
+FOLD_HINT = " (--groups lists them)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,8 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         help="what went wrong in the runs under a logdir",
         description="Name what went wrong in the runs under LOGDIR (NaN/Inf, overflow and "
         "underflow in the recorded formats, drift, dead tensors, loss spikes, runs that "
-        "part). Exit status: 1 when a finding at or above --fail-on exists, else 0; 2 "
-        "for bad arguments or a missing logdir.",
+        "part): each run's headline (its first problem), then one line per group of "
+        "findings (one run, kind, format and tensor type), where the underflow of an "
+        "unscaled format and the scales that remedy it are folded into one line per run "
+        "and format (--groups: every group; --all: every finding; --json: every group, "
+        "or with --all every finding). Exit status: 1 when a finding at or above "
+        "--fail-on exists, else 0; 2 for bad arguments or a missing logdir.",
     )
     findings.add_argument("logdir", metavar="LOGDIR")
     findings.add_argument("--run", metavar="R", help="only this run (as TensorBoard names it)")
@@ -61,8 +73,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar=("RUN_A", "RUN_B"),
         help="only these two runs, compared for divergence whatever tensors they share",
     )
-    findings.add_argument("--all", action="store_true", help="one finding per tensor, not grouped")
-    findings.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    shown = findings.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--groups",
+        action="store_true",
+        help="every group on its own line: by default the underflow of an unscaled format "
+        "and its scales (expected, not the headline) are folded into one line per run and "
+        "format",
+    )
+    shown.add_argument("--all", action="store_true", help="one finding per tensor, not grouped")
+    findings.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of objects: every group, with its tensors count and the "
+        "findings it stands for (with --all: every finding), nothing folded",
+    )
     findings.add_argument(
         "--fail-on",
         choices=SEVERITIES,
@@ -88,22 +113,45 @@ def table(rows: list, columns: tuple[str, ...]) -> list[str]:
     ]
 
 
-def report(found: Diagnosis, every: bool) -> str:
-    """The headlines, the findings (grouped, or with ``every`` one per tensor) and which
-    runs were compared, as text."""
+def report(found: Diagnosis, shown: Literal["view", "groups", "all"]) -> str:
+    """The headlines, the findings and which runs were compared, as text: ``shown`` is
+    ``"view"`` (the default view, folds hinting at ``--groups``), ``"groups"`` or
+    ``"all"`` (one finding per tensor)."""
     if not found.headlines:
         return "no findings"
     width = max(len(escape(h.run)) for h in found.headlines)
     lines = [f"{escape(h.run).ljust(width)}  {escape(h.message)}" for h in found.headlines]
-    rows = found.findings if every else found.groups
+    if shown == "all":
+        rows = found.findings
+    else:
+        rows = [_Row.of(r) for r in (found.groups if shown == "groups" else found.view)]
     if rows:
-        lines += ["", *table(rows, _TABLE if every else _GROUPED)]
+        lines += ["", *table(rows, _TABLE if shown == "all" else _GROUPED)]
     note = found.comparisons.note()
     if found.comparisons.left_out:
         note += " (--compare RUN_A RUN_B compares any two)"
     if note:
         lines += ["", escape(note)]
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """A line of the grouped table."""
+
+    severity: str
+    run: str
+    step: int
+    kind: str
+    tensors: int
+    message: str
+
+    @classmethod
+    def of(cls, row: Group | Fold) -> _Row:
+        from tandv_tb.diagnosis.folding import Fold  # loaded by the findings already
+
+        hint = FOLD_HINT if isinstance(row, Fold) else ""
+        return cls(row.severity, row.run, row.step, row.kind, row.tensors, row.message + hint)
 
 
 def _json_row(row: dict) -> dict:
@@ -137,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, NotADirectoryError, ValueError) as error:
         print(f"{PROG} findings: {error}", file=sys.stderr)
         return 2
-    print(as_json(found, args.all) if args.json else report(found, args.all))
+    shown = "all" if args.all else "groups" if args.groups else "view"
+    print(as_json(found, args.all) if args.json else report(found, shown))
     limit = severity_rank(args.fail_on)
     return 1 if any(severity_rank(f.severity) <= limit for f in found.findings) else 0

@@ -1,5 +1,5 @@
 """Every finding of some runs of a store, kind after kind, grouped, with a headline per
-run."""
+run and the default view of the groups."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 from tandv_tb.diagnosis.base import Finding, Thresholds, sort_key
 from tandv_tb.diagnosis.divergence import Comparisons, divergence_findings
 from tandv_tb.diagnosis.first_nonfinite import nonfinite_findings
+from tandv_tb.diagnosis.folding import Fold, default_view
 from tandv_tb.diagnosis.grouping import Group, group
 from tandv_tb.diagnosis.headline import Headline, headlines
 from tandv_tb.diagnosis.low_precision import (
@@ -29,13 +30,15 @@ from tandv_tb.store import NumericsStore
 @dataclasses.dataclass
 class Diagnosis:
     """The findings of some runs: one per tensor (``findings``), grouped (``groups``), each
-    run's headline, and which runs ``divergence`` compared. Findings and groups are
-    sorted by run, then step, the most severe first at one step."""
+    run's headline, which runs ``divergence`` compared, and the rows of the default view
+    (``view``: the groups, those expected of an unscaled format folded). Findings, groups
+    and rows are sorted by run, then step, the most severe first at one step."""
 
     findings: list[Finding]
     groups: list[Group]
     headlines: list[Headline]
     comparisons: Comparisons
+    view: list[Group | Fold]
 
 
 def run_findings(db: NumericsStore, numerics: RunNumerics, thresholds: Thresholds) -> list[Finding]:
@@ -67,5 +70,6 @@ def diagnose(
     found = [f for n in numerics.values() for f in run_findings(db, n, thresholds)]
     comparisons = divergence_findings(list(numerics.values()), thresholds, compare)
     found = sorted(found + comparisons.findings, key=sort_key)
-    groups = sorted(group(found, numerics, thresholds), key=sort_key)
-    return Diagnosis(found, groups, headlines(found, numerics), comparisons)
+    groups = group(found, numerics, thresholds)
+    view = default_view(groups, numerics, thresholds)
+    return Diagnosis(found, groups, headlines(found, numerics), comparisons, view)

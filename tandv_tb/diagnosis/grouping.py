@@ -1,14 +1,22 @@
 """Grouped findings: where many tensors share one condition, one row says it with numbers.
 
-A group is one run, kind and format (and, for ``overflow``, severity; for
-``divergence``, the other run). It spans tensor types: its sentence names them ("every
-Gradient, 29 of 30 Weight_Gradient") and its ``tensor_type`` is filled where it is one.
-That keeps the condition a person acts on (scale float8_e4m3fn) on one line, where one
-group per tensor type would tell it five times over.
+A group is the findings of one run, kind, format and tensor type (the key of the
+contract), of one severity (an ``overflow`` is an error or a warning). Two kinds are not
+about a tensor type, and their key leaves it out:
 
-A ``scale`` finding is the remedy of an ``underflow`` or ``overflow``: it joins the group
-of the condition it remedies (the same run, format and tensor), whose sentence gives the
-range of the scales and what they leave lost; a group lists every finding it stands for.
+- ``loss_spike``: (run, kind): every spike of the run's loss; a spike's ``tensor_type``
+  and ``name`` are the tensor that drifted before it, not the condition's;
+- ``divergence``: (run, kind, the other run): where two runs part, one finding per pair.
+
+A ``scale`` is also keyed by the condition it remedies (its tensor's ``underflow`` in that
+format, else its ``overflow``): scaling up what underflows and scaling down what
+overflows are two remedies. The group of an ``underflow`` or ``overflow`` says in its
+sentence what the scales of its tensors do, as the issue's example does.
+
+Formats are names, compared as such: a format added later groups like any other.
+``tensors`` adds up what each finding stands for: one tensor each (a loss spike: the
+run's loss), except a ``nonfinite``, which by definition is one finding per run naming
+the first tensor, and counts every tensor holding NaN/Inf at its step.
 """
 
 from __future__ import annotations
@@ -23,21 +31,26 @@ from tandv_tb.diagnosis.base import (
     Thresholds,
     metric_label,
     percent,
+    sort_key,
 )
 from tandv_tb.diagnosis.run_numerics import RunNumerics
 from tandv_tb.disk.metadata import execution_key
 
 _SPIKES_LISTED = 5
+_MOST_AFFECTED = 3  # tensors named by an overflow group
+#: Kinds that are not about one tensor type (their key leaves it out).
+NOT_BY_TENSOR_TYPE = frozenset({"loss_spike", "divergence"})
 
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-    """One condition of a run and the findings that make it: the condition's findings in
-    step, then execution order (the first is the one to show), then the ``scale``
-    findings that remedy it.
+    """The findings of one condition of a run, in step, then execution order (the first is
+    the one to show).
 
     ``step`` is the condition's first step; ``value`` the median of its findings' values
-    (one finding: its value); ``tensors`` how many tensors share it."""
+    (one finding: its value); ``tensors`` how many tensors share it; ``format`` the
+    recorded format of an ``overflow``, ``underflow`` or ``scale``; ``remedies`` the kind
+    of condition a ``scale`` group remedies."""
 
     run: str
     step: int
@@ -49,68 +62,78 @@ class Group:
     message: str
     tensors: int
     findings: tuple[Finding, ...]
+    format: str = ""
+    remedies: str = ""
 
     def row(self) -> dict:
         """The grouped columns as a dict (JSON-ready except for a NaN ``value``)."""
         return {column: getattr(self, column) for column in GROUP_COLUMNS}
 
 
+def group_key(finding: Finding, remedies: str = "") -> tuple:
+    """(run, kind, format, tensor type, severity, other run, remedies): the contract's
+    key, refined where a kind's findings hold two conditions (see the module)."""
+    tensor_type = "" if finding.kind in NOT_BY_TENSOR_TYPE else finding.tensor_type
+    return (
+        finding.run,
+        finding.kind,
+        finding.format,
+        tensor_type,
+        finding.severity,
+        finding.other_run,
+        remedies,
+    )
+
+
+def group_order(item) -> tuple:
+    """By run, then step, the most severe first; then kind, format and tensor type (in
+    execution order): a ``Group`` or anything with those attributes."""
+    return (*sort_key(item), item.format, execution_key(item.tensor_type, 0, ""))
+
+
 def group(
     found: list[Finding], numerics: dict[str, RunNumerics], thresholds: Thresholds
 ) -> list[Group]:
-    """The findings of ``found`` (one row per tensor) as groups, in the order of their
-    first finding."""
-    conditions: dict[tuple, list[Finding]] = {}
-    scales = []
+    """The findings of ``found`` (one row per tensor) as groups, in ``group_order``."""
+    conditions = {  # what each tensor's scale remedies: its underflow, else its overflow
+        _cast_of(f): f.kind
+        for f in sorted(found, key=lambda f: f.kind == "underflow")  # written last: it wins
+        if f.kind in ("underflow", "overflow")
+    }
+    scales = {_cast_of(f): f for f in found if f.kind == "scale"}
+    members: dict[tuple, list[Finding]] = {}
     for f in found:
-        if f.kind == "scale":
-            scales.append(f)
-        else:
-            key = (f.run, f.kind, f.format, f.severity, f.other_run)
-            conditions.setdefault(key, []).append(f)
-    remedies: dict[tuple, list[Finding]] = {}
-    for f in scales:
-        key = _remedied(f, conditions)
-        remedies.setdefault(key, []).append(f)
-        conditions.setdefault(key, [])
+        remedies = conditions.get(_cast_of(f), "") if f.kind == "scale" else ""
+        members.setdefault(group_key(f, remedies), []).append(f)
     groups = []
-    for key, members in conditions.items():
+    for key, listed in members.items():
         run = numerics[key[0]]
-        ordered = _in_order(members, run)
-        extra = _in_order(remedies.get(key, []), run)
-        groups.append(_group(ordered, extra, key[1], run, thresholds))
-    return groups
+        ordered = sorted(listed, key=lambda f: (f.step, run.rank_of(f.tensor_type, f.name)))
+        remedy = [
+            scales[_cast_of(f)]
+            for f in ordered
+            if f.kind in ("underflow", "overflow") and _cast_of(f) in scales
+        ]
+        groups.append(_group(ordered, remedy, key[-1], run, thresholds))
+    return sorted(groups, key=group_order)
 
 
-def _remedied(scale: Finding, conditions: dict[tuple, list[Finding]]) -> tuple:
-    """The key of the condition a ``scale`` finding remedies: its tensor's ``underflow``,
-    else its format's ``overflow`` (the most severe), else a group of its own."""
-    underflow = conditions.get((scale.run, "underflow", scale.format, "warning", ""), [])
-    if any((f.tensor_type, f.name) == (scale.tensor_type, scale.name) for f in underflow):
-        return (scale.run, "underflow", scale.format, "warning", "")
-    for severity in ("error", "warning"):
-        key = (scale.run, "overflow", scale.format, severity, "")
-        if key in conditions:
-            return key
-    return (scale.run, "scale", scale.format, "info", "")
+def _cast_of(finding: Finding) -> tuple:
+    """The run, format and tensor of a finding: a tensor cast to a format."""
+    return (finding.run, finding.format, finding.tensor_type, finding.name)
 
 
-def _in_order(members: list[Finding], run: RunNumerics) -> list[Finding]:
-    return sorted(members, key=lambda f: (f.step, run.rank_of(f.tensor_type, f.name)))
-
-
-def _group(members, remedies, kind, run: RunNumerics, thresholds: Thresholds) -> Group:
-    if not members:  # scale findings whose condition is not among the findings
-        members, remedies, kind = remedies, [], "scale"
+def _group(members, remedy, remedies: str, run: RunNumerics, thresholds: Thresholds) -> Group:
     first = members[0]
+    kind = first.kind
     tensors = {(f.tensor_type, f.name) for f in members}
     types = {f.tensor_type for f in members}
     if kind == "underflow":  # the numbers of the whole condition, even for one tensor
-        message = _underflow(members, remedies, run, thresholds)
+        message = underflow_sentence(members, remedy, run, thresholds)
     elif len(members) == 1:
-        message = first.message + _scale_clause(remedies, single=len(remedies) == 1)
+        message = first.message + _scale_clause(remedy, single=True)
     else:
-        message = _summary(kind, members, run, thresholds)
+        message = _summary(members, remedy, remedies, run, thresholds)
     return Group(
         run=first.run,
         step=first.step,
@@ -120,53 +143,86 @@ def _group(members, remedies, kind, run: RunNumerics, thresholds: Thresholds) ->
         name=first.name if len(tensors) == 1 else "",
         value=first.value if len(members) == 1 else statistics.median(f.value for f in members),
         message=message,
-        tensors=first.tensors if len(members) == 1 else len(tensors),
-        findings=(*members, *remedies),
+        tensors=sum(f.tensors for f in members),
+        findings=tuple(members),
+        format=first.format,
+        remedies=remedies,
     )
 
 
-def _summary(kind, members, run: RunNumerics, thresholds: Thresholds) -> str:
+def _summary(members, remedy, remedies, run: RunNumerics, thresholds: Thresholds) -> str:
     first = members[0]
-    n, total = len({(f.tensor_type, f.name) for f in members}), len(run.tensors)
-    where = _types(members, _type_totals(run, ""))
+    kind, n = first.kind, len(members)
+    if kind == "loss_spike":
+        steps = ", ".join(str(f.step) for f in members[:_SPIKES_LISTED])
+        more = f" and {n - _SPIKES_LISTED} more" if n > _SPIKES_LISTED else ""
+        return f"the loss spikes at {n} steps ({steps}{more}); first: {first.message}"
+    if kind in NOT_BY_TENSOR_TYPE:
+        return f"{n} {kind} findings from step {first.step}; first: {first.message}"
+    of = f"{n} of {_type_totals(run, first.format)[first.tensor_type]} {first.tensor_type} tensors"
+    if kind == "overflow":
+        limit = (
+            thresholds.overflow_error if first.severity == "error" else thresholds.overflow_warning
+        )
+        how = f"more than {percent(limit)}" if limit else "some"
+        top = sorted(members, key=lambda f: -f.value)
+        named = ", ".join(f"{f.name!r} {percent(f.value)}" for f in top[:_MOST_AFFECTED])
+        more = f" and {n - _MOST_AFFECTED} more" if n > _MOST_AFFECTED else ""
+        median = percent(statistics.median(f.value for f in members))
+        return (
+            f"{first.format} overflows from step {first.step}: {of} lose {how} of their "
+            f"finite values to overflow (median {median}), most affected {named}{more}"
+            + _scale_clause(remedy, single=False)
+        )
     if kind == "drift":
         return (
-            f"{n} of {total} tensors jump in magnitude ({where}) from step {first.step}, the "
-            f"first {metric_label(first.metric)} of {first.tensor_type} {first.name!r} by "
-            f"{first.value:+.1f} binades"
+            f"{of} jump in magnitude from step {first.step}, the first "
+            f"{metric_label(first.metric)} of {first.name!r} by {first.value:+.1f} binades"
         )
     if kind == "dead":
         return (
-            f"{n} of {total} tensors are all zeros at {thresholds.dead_window} or more "
-            f"consecutive recorded steps ({where}), the first {first.tensor_type} "
-            f"{first.name!r} from step {first.step}"
+            f"{of} are all zeros at {thresholds.dead_window} or more consecutive recorded "
+            f"steps, the first {first.name!r} from step {first.step}"
         )
-    if kind == "loss_spike":
-        steps = ", ".join(str(f.step) for f in members[:_SPIKES_LISTED])
-        more = f" and {len(members) - _SPIKES_LISTED} more" if len(members) > _SPIKES_LISTED else ""
-        return f"the loss spikes at {len(members)} steps ({steps}{more}); first: {first.message}"
     if kind == "scale":
-        return f"{first.format}: scales for {n} of {total} tensors" + _scale_clause(
-            members, single=False
+        that = f" that {remedies}" if remedies else ""
+        return f"{first.format}: scales for the {n} {first.tensor_type} tensors{that}" + (
+            _scale_clause(members, single=False)
         )
-    return f"{len(members)} {kind} findings from step {first.step}; first: {first.message}"
+    return f"{of}: {kind} from step {first.step}; first: {first.message}"
 
 
-def _underflow(members, remedies, run: RunNumerics, thresholds: Thresholds) -> str:
-    """E.g. "float8_e4m3fn: 139 of 160 tensors would lose over 5% of their non-zero values
-    to zero from step 0 (every Gradient, 29 of 30 Weight_Gradient; median 100%); a
-    per-tensor scale of 2^9 to 2^21 brings the median loss to 0.01% (0.8% at worst,
-    estimated)"."""
+def underflow_sentence(
+    members: list[Finding],
+    remedy: list[Finding],
+    run: RunNumerics,
+    thresholds: Thresholds,
+    *,
+    lead: str = "",
+) -> str:
+    """What ``members`` (``underflow`` findings of one run and format) say together, with
+    what the ``scale`` findings of their tensors (``remedy``) do. One tensor type: "float8_e4m3fn:
+    38 of 38 Gradient tensors would lose over 5% of their non-zero values to zero from
+    step 0 (median 100%); a per-tensor scale of 2^9 to 2^21 brings the median loss to 0.01%
+    (0.8% at worst, estimated)"; several: "... 139 of 160 tensors ... (every Gradient, 29 of
+    30 Weight_Gradient; median 100%) ...". ``lead`` replaces the format before the colon."""
     first = members[0]
     totals = _type_totals(run, first.format)
     n = len({(f.tensor_type, f.name) for f in members})
+    types = {f.tensor_type for f in members}
+    median = f"median {percent(statistics.median(f.value for f in members))}"
+    if len(types) == 1:
+        who, detail = f"{n} of {totals[first.tensor_type]} {first.tensor_type} tensors", median
+    else:
+        who, detail = (
+            f"{n} of {sum(totals.values())} tensors",
+            f"{_types(members, totals)}; {median}",
+        )
     their = "its" if n == 1 else "their"
-    median = statistics.median(f.value for f in members)
     return (
-        f"{first.format}: {n} of {sum(totals.values())} tensors would lose over "
-        f"{percent(thresholds.underflow_share)} of {their} non-zero values to zero from step "
-        f"{first.step} ({_types(members, totals)}; median {percent(median)})"
-        + _scale_clause(remedies, single=n == 1)
+        f"{lead or first.format}: {who} would lose over {percent(thresholds.underflow_share)} of "
+        f"{their} non-zero values to zero from step {first.step} ({detail})"
+        + _scale_clause(remedy, single=n == 1)
     )
 
 

@@ -36,13 +36,19 @@ class Headline:
         return self.finding.message if self.finding else NO_PROBLEM
 
 
+def expected_of_unscaled(kind: str, remedies: str = "") -> bool:
+    """Whether findings of ``kind`` are an expected effect of an unscaled format, or (a
+    ``scale`` remedying ``remedies``) the remedy of one."""
+    return kind in EXPECTED_OF_UNSCALED or (kind == "scale" and remedies in EXPECTED_OF_UNSCALED)
+
+
 def is_problem(finding: Finding) -> bool:
     """Whether the finding can be a headline."""
     if finding.kind in BETWEEN_RUNS:
         return False
     if finding.severity == "error":
         return True
-    return finding.severity == "warning" and finding.kind not in EXPECTED_OF_UNSCALED
+    return finding.severity == "warning" and not expected_of_unscaled(finding.kind)
 
 
 def headlines(found: list[Finding], numerics: dict[str, RunNumerics]) -> list[Headline]:

@@ -15,8 +15,6 @@ from tandv_tb.disk import metadata
 from tandv_tb.disk.record_columns import DecodedRows, decode_rows, ragged_index
 from tandv_tb.store import NumericsStore
 
-_MOST_AFFECTED = 3  # layers named by an overflow finding
-
 
 @dataclasses.dataclass
 class FormatShares:
@@ -52,46 +50,44 @@ def format_shares(db: NumericsStore, numerics: RunNumerics) -> list[FormatShares
 def overflow_findings(
     numerics: RunNumerics, shares: list[FormatShares], thresholds: Thresholds
 ) -> list[Finding]:
-    """Per format: the first step where a tensor's overflow share passes the warning
-    threshold, and the first where one passes the error threshold (one error finding when
-    both are the same step)."""
+    """Per tensor and format: the first step where the tensor's overflow share passes the
+    warning threshold, and the first where it passes the error threshold (one error
+    finding when both are the same step)."""
     found = []
     for fs in shares:
-        steps = numerics.steps[fs.rows]
+        tensors = numerics.tensor[fs.rows]  # ascending, each tensor's steps ascending
         first = {}
         for severity, limit in (
             ("error", thresholds.overflow_error),
             ("warning", thresholds.overflow_warning),
         ):
-            above = fs.over > limit
-            if above.any():
-                first[severity] = (int(steps[above].min()), limit)
-        if "error" in first and first.get("warning", (None,))[0] == first["error"][0]:
-            del first["warning"]
-        for severity, (step, limit) in first.items():
-            at = np.flatnonzero((steps == step) & (fs.over > limit))
-            at = at[np.argsort(-fs.over[at], kind="stable")]
-            found.append(_overflow(numerics, fs, at, step, severity, limit))
+            above = np.flatnonzero(fs.over > limit)
+            _, at = np.unique(tensors[above], return_index=True)
+            first[severity] = dict(zip(tensors[above[at]].tolist(), above[at].tolist()))
+        steps = numerics.steps[fs.rows]
+        errors = {g: steps[i] for g, i in first["error"].items()}
+        for severity, rows in first.items():
+            for g, i in rows.items():
+                if severity == "error" or errors.get(g) != steps[i]:
+                    found.append(_overflow(numerics, fs, tensors, g, i, severity))
     return found
 
 
-def _overflow(numerics, fs, at, step, severity, limit) -> Finding:
-    top = [(numerics.tensors[numerics.tensor[fs.rows[i]]], fs.over[i]) for i in at]
-    named = ", ".join(f"{i.tensor_type} {i.name!r} {percent(s)}" for i, s in top[:_MOST_AFFECTED])
-    more = f" and {len(top) - _MOST_AFFECTED} more" if len(top) > _MOST_AFFECTED else ""
-    count = f"{len(top)} tensor{'s' * (len(top) != 1)}"
+def _overflow(numerics, fs: FormatShares, tensors, g: int, i: int, severity: str) -> Finding:
+    info, step = numerics.tensors[g], int(numerics.steps[fs.rows[i]])
+    last = int(np.searchsorted(tensors, g, side="right")) - 1
     return Finding(
         numerics.run,
         step,
         "overflow",
         severity,
-        top[0][0].tensor_type,
-        top[0][0].name,
-        float(top[0][1]),
-        f"{fs.format} overflows from step {step}: {count} with more than "
-        f"{percent(limit)} of their values overflowing, most affected {named}{more}",
+        info.tensor_type,
+        info.name,
+        float(fs.over[i]),
+        f"{fs.format} overflows from step {step}: {info.tensor_type} {info.name!r} loses "
+        f"{percent(fs.over[i])} of its finite values to overflow ({percent(fs.over[last])} "
+        f"at step {int(numerics.steps[fs.rows[last]])})",
         format=fs.format,
-        tensors=len(top),
     )
 
 

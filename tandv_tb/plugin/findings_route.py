@@ -3,7 +3,9 @@
 Computed by the findings engine (``tandv_tb.diagnosis``) over every recorded step, from the
 plugin's own store, with the default thresholds; ``divergence`` for the comparable pairs of
 the runs. Each finding says where the heatmap shows it (run, tensor type, metric, format),
-so that a click, or the tab's first view, opens there.
+so that a click, or the tab's first view, opens there. The groups are all there; ``folds``
+says which of them the card's first level folds into one line, as the command line's
+default output does (``tandv_tb.diagnosis.folding``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from tensorboard.errors import InvalidArgumentError
 
 from tandv_tb.diagnosis.base import Finding, Thresholds, severity_rank
 from tandv_tb.diagnosis.engine import diagnose
+from tandv_tb.diagnosis.folding import Fold
 from tandv_tb.plugin.metrics import METRICS
 
 #: At most this many runs a request (their pairs are compared).
@@ -71,15 +74,35 @@ def _most_severe_first(item) -> tuple:
     return (severity_rank(item.severity), item.run, item.step)
 
 
+def _fold(fold: Fold, group_index: dict[int, int]) -> dict:
+    return {
+        "run": fold.run,
+        "step": fold.step,
+        "kind": fold.kind,
+        "severity": fold.severity,
+        "format": fold.format,
+        "tensors": fold.tensors,
+        "message": fold.message,
+        "groups": sorted(group_index[id(g)] for g in fold.groups),
+    }
+
+
 def findings(query, runs: list[str]) -> dict:
     found = diagnose(query.numerics(), runs, DEFAULTS)
     ordered = sorted(found.findings, key=_most_severe_first)
     index = {id(f): i for i, f in enumerate(ordered)}
     groups = []
-    for g in sorted(found.groups, key=_most_severe_first):
+    sorted_groups = sorted(found.groups, key=_most_severe_first)
+    for g in sorted_groups:
         row = g.row()
         row["value"] = None if math.isnan(row["value"]) else row["value"]
         groups.append({**row, "findings": [index[id(f)] for f in g.findings]})
+    group_index = {id(g): i for i, g in enumerate(sorted_groups)}
+    folds = [
+        _fold(row, group_index)
+        for row in sorted(found.view, key=_most_severe_first)
+        if isinstance(row, Fold)
+    ]
     headlines = [
         {
             "run": h.run,
@@ -92,6 +115,7 @@ def findings(query, runs: list[str]) -> dict:
         "runs": runs,
         "headlines": headlines,
         "groups": groups,
+        "folds": folds,
         "findings": [_listed(f) for f in ordered],
         "compared": found.comparisons.note() + _MINUS_HINT * found.comparisons.left_out,
         "thresholds": dataclasses.asdict(DEFAULTS),

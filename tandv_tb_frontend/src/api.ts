@@ -366,6 +366,21 @@ export interface FindingGroup {
   tensors: number;
   findings: number[];
 }
+/**
+ * Groups told on one line of the card's first level, as ``tandv-tb findings`` prints them:
+ * the underflow of an unscaled format and its scales, one run and format (``groups``
+ * indexes the route's list).
+ */
+export interface FindingFold {
+  run: string;
+  step: number;
+  kind: string;
+  severity: "error" | "warning" | "info";
+  format: string;
+  tensors: number;
+  message: string;
+  groups: number[];
+}
 /** A run's first problem (``finding`` indexes the route's list), or none. */
 export interface Headline {
   run: string;
@@ -378,6 +393,8 @@ export interface FindingsResponse {
   headlines: Headline[];
   /** Most severe first, then by run and step. */
   groups: FindingGroup[];
+  /** Most severe first, then by run and step; each group is in at most one. */
+  folds: FindingFold[];
   /** One per tensor; most severe first, then by run and step. */
   findings: Finding[];
   /** Which runs were compared for divergence, and why the others were not ("" for one run). */

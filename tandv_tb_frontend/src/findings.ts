@@ -1,13 +1,17 @@
 /**
  * The Findings card's list (the ``findings`` route): first each run's headline (its first
  * problem, or "no problem found"), then the grouped findings, most severe first: one row
- * per condition many tensors share, the findings it stands for (one per tensor) behind a
- * disclosure, drawn when opened. Info rows (scales, loss spikes) sit in one closed section. Last, which runs
- * were compared. Every headline, group and finding is a button that asks the app to show
- * it (a group shows its first finding). Names and messages enter the page as text only.
+ * per condition many tensors share (one run, kind, format and tensor type), the findings it
+ * stands for (one per tensor) behind a disclosure, drawn when opened. The groups that are
+ * expected of an unscaled format (underflow and the scales that remedy it) are folded into
+ * one row per run and format, as ``tandv-tb findings`` prints them, the groups behind the
+ * fold's disclosure. Info rows (scales, loss spikes) sit in one closed section. Last, which
+ * runs were compared. Every headline, fold, group and finding is a button that asks the app
+ * to show it (a fold or group shows its first finding). Names and messages enter the page
+ * as text only.
  */
 
-import type { Finding, FindingGroup, FindingsResponse } from "./api";
+import type { Finding, FindingFold, FindingGroup, FindingsResponse } from "./api";
 import { h, keepFocus, replaceChildren } from "./dom";
 
 const SEVERITIES = ["error", "warning", "info"] as const;
@@ -32,8 +36,14 @@ export class FindingsList {
   /** Draw ``data``; ``colours`` maps a run to its colour. */
   render(data: FindingsResponse, colours: Map<string, string>): void {
     this.buttons.clear();
-    const bySeverity = new Map<string, FindingGroup[]>(SEVERITIES.map((s) => [s, []]));
-    for (const group of data.groups) bySeverity.get(group.severity)?.push(group);
+    const folded = new Set(data.folds.flatMap((fold) => fold.groups));
+    const top: Row[] = [
+      ...data.groups.filter((_, i) => !folded.has(i)).map((group) => ({ group })),
+      ...data.folds.map((fold) => ({ fold })),
+    ];
+    top.sort((a, b) => compareRows(itemOf(a), itemOf(b)));
+    const bySeverity = new Map<string, Row[]>(SEVERITIES.map((s) => [s, []]));
+    for (const row of top) bySeverity.get(itemOf(row).severity)?.push(row);
     const counts = SEVERITIES.filter((s) => bySeverity.get(s)?.length).map((s) => {
       const count = bySeverity.get(s)?.length ?? 0;
       return `${count} ${count === 1 ? s : PLURAL[s]}`;
@@ -47,13 +57,17 @@ export class FindingsList {
       }),
     ];
     for (const severity of SEVERITIES) {
-      const groups = bySeverity.get(severity) ?? [];
-      if (!groups.length) continue;
-      const rows = groups.map((group) => this.group(group, data.findings, colours));
+      const listed = bySeverity.get(severity) ?? [];
+      if (!listed.length) continue;
+      const rows = listed.map((row) =>
+        row.group
+          ? this.group(row.group, data.findings, colours)
+          : this.fold(row.fold, data, colours),
+      );
       if (severity === "info") {
         sections.push(
           h("details", { class: "tv-findings-info", data: { severity } }, [
-            h("summary", { text: `${groups.length} info (${kindCounts(groups)})` }),
+            h("summary", { text: `${listed.length} info (${kindCounts(listed.map(itemOf))})` }),
             ...rows,
           ]),
         );
@@ -154,6 +168,37 @@ export class FindingsList {
     return h("div", { class: "tv-findings-row" }, [row, each]);
   }
 
+  /** A fold: one row saying its groups together; the groups (drawn now, so that a redraw
+   * keeps open what was open) behind its disclosure. */
+  private fold(fold: FindingFold, data: FindingsResponse, colours: Map<string, string>) {
+    const groups = fold.groups.map((i) => data.groups[i]);
+    const row = this.button(
+      data.findings[groups[0].findings[0]],
+      `tv-finding tv-finding-fold tv-severity-${fold.severity}`,
+      {
+        severity: fold.severity,
+        kind: fold.kind,
+        run: fold.run,
+        step: String(fold.step),
+        tensors: String(fold.tensors),
+        format: fold.format,
+      },
+      [
+        h("span", { class: "tv-finding-badge", text: fold.kind }),
+        h("span", { class: "tv-finding-where" }, [
+          swatch(colours, fold.run),
+          `${fold.run} · step ${fold.step}`,
+        ]),
+        h("span", { class: "tv-finding-message", text: fold.message }),
+      ],
+    );
+    const inside = h("details", { class: "tv-findings-folded" }, [
+      h("summary", { text: `${groups.length} groups: ${kindCounts(groups)}` }),
+      ...groups.map((group) => this.group(group, data.findings, colours)),
+    ]);
+    return h("div", { class: "tv-findings-row" }, [row, inside]);
+  }
+
   private member(finding: Finding, colours: Map<string, string>): HTMLButtonElement {
     return this.button(
       finding,
@@ -196,6 +241,21 @@ export class FindingsList {
     this.buttons.set(button, finding);
     return button;
   }
+}
+
+/** A row of the first level: a group, or a fold of groups. */
+type Row = { group: FindingGroup; fold?: undefined } | { fold: FindingFold; group?: undefined };
+
+function itemOf(row: Row): FindingGroup | FindingFold {
+  return row.group ?? row.fold;
+}
+
+/** Most severe first, then by run, then step (the route's order of groups and folds). */
+function compareRows(a: FindingGroup | FindingFold, b: FindingGroup | FindingFold): number {
+  const bySeverity = SEVERITIES.indexOf(a.severity) - SEVERITIES.indexOf(b.severity);
+  if (bySeverity) return bySeverity;
+  if (a.run !== b.run) return a.run < b.run ? -1 : 1;
+  return a.step - b.step;
 }
 
 function swatch(colours: Map<string, string>, run: string): HTMLElement {

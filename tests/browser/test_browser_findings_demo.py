@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("playwright.sync_api")
 
+from tandv_tb.diagnosis.cli import FOLD_HINT  # noqa: E402
 from tests.helpers.browser import TIMEOUT_MS, css, fetch, open_tab, serve  # noqa: E402
 from tests.helpers.demo_logdir import short_demo  # noqa: E402
 from tests.helpers.findings_cli import cli, cli_json  # noqa: E402
@@ -87,12 +88,37 @@ def test_the_card_tells_what_the_command_line_prints(browser, tensorboard, demo,
             "overflow",
             "5",
         )
-        # the grouped rows: the command line's, no more; one divergence, of the torch runs
+        # the first level: the command line's rows, no more, the underflow of each run and
+        # format and its scales folded; every group of --json behind them
         _, groups = cli_json(demo)
-        rows = card.locator(".tv-finding-group")
-        assert rows.count() == len(groups) == len(route["groups"]) <= 20
-        shown = sorted(rows.locator(".tv-finding-message").all_text_contents())  # info: folded
-        assert shown == sorted(g["message"] for g in groups)
+        table = [
+            row for row in printed[len(RUNS) + 2 :] if row.split()[2:3] and row.split()[2].isdigit()
+        ]
+        top = card.locator(
+            ".tv-finding-group:not(.tv-findings-folded .tv-finding-group), .tv-finding-fold"
+        )
+        assert top.count() == len(table) and len(printed) <= 20
+        assert card.locator(".tv-finding-group").count() == len(groups) == len(route["groups"])
+        shown = sorted(top.locator(".tv-finding-message").all_text_contents())  # info: folded
+        assert shown == sorted(row.split(maxsplit=5)[5].removesuffix(FOLD_HINT) for row in table)
+        printed_tensors = sorted(
+            (row.split()[1], int(row.split()[4])) for row in table if row.endswith(FOLD_HINT)
+        )
+        folds = card.locator(".tv-finding-fold")
+        assert folds.count() == len(route["folds"]) == len(printed_tensors) > 0
+        assert printed_tensors == sorted(
+            (fold.get_attribute("data-run"), int(fold.get_attribute("data-tensors")))
+            for fold in folds.all()
+        )
+        for fold, served in zip(folds.all(), route["folds"]):
+            kinds = [route["groups"][i]["kind"] for i in served["groups"]]
+            inside = fold.locator("xpath=..").locator("details.tv-findings-folded")
+            assert inside.locator(".tv-finding-group").count() == len(kinds)
+            assert inside.locator(":scope > summary").inner_text() == (
+                f"{len(kinds)} groups: {kinds.count('underflow')} underflow, "
+                f"{kinds.count('scale')} scale"
+            )
+        # one divergence, of the torch runs
         parted = card.locator('.tv-finding-group[data-kind="divergence"]')
         assert parted.count() == 1 and parted.get_attribute("data-run") == "torch/lr_2e-1"
         assert "'torch/lr_3e-3'" in parted.inner_text()
@@ -102,7 +128,11 @@ def test_the_card_tells_what_the_command_line_prints(browser, tensorboard, demo,
             "same values as torch/lr_3e-3 (compared through it); not compared: jax/lr_3e-3"
         )
         assert "minus menu" in compared
-        # every finding, one per tensor, is behind its group's disclosure
+        # every finding, one per tensor, is behind its group's disclosure (in a fold, the
+        # info section)
+        for folded in card.locator("details.tv-findings-folded").all():
+            folded.locator(":scope > summary").click()
+        card.locator("details.tv-findings-info > summary").click()
         for each in card.locator("details.tv-findings-each").all():
             each.locator("summary").click()
         members = card.locator(".tv-finding-member")

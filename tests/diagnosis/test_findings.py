@@ -21,6 +21,7 @@ from tandv_tb import NumericsWriter
 from tandv_tb.diagnosis import COLUMNS, GROUP_COLUMNS
 from tests.helpers import REPO
 from tests.helpers.findings_cli import cli, cli_json
+from tests.helpers.findings_groups import check_groups, power_range
 from tests.helpers.torch_models import NanGradient, Poison, set_step, train
 
 NAN = float("nan")
@@ -71,6 +72,7 @@ def test_nan_off_the_cadence_names_module_step_and_type(tmp_path):
     assert sorted(json.dumps(f) for g in groups for f in g["findings"]) == sorted(
         json.dumps(f) for f in listed
     )
+    check_groups(groups, listed)
     (nan_group,) = [g for g in groups if g["kind"] == "nonfinite"]
     assert (nan_group["step"], nan_group["name"]) == (7, "1")
     # the NaN spreads to the tensors after it: the row stands for every one of them
@@ -128,6 +130,10 @@ def test_learning_rate_makes_float8_e4m3fn_overflow_from_a_known_step(tmp_path):
     assert min(f["step"] for f in listed if f["kind"] == "overflow") == expected
     headline = cli("findings", str(tmp_path)).stdout.splitlines()[0]
     assert f"float8_e4m3fn overflows from step {expected}" in headline
+    # one overflow finding per tensor and severity, grouped by tensor type
+    assert not over.duplicated(["tensor_type", "name", "severity"]).any()
+    _, every = cli_json(tmp_path, "--all")
+    check_groups(listed, every)
 
 
 def test_gradient_underflows_in_float8_e5m2_and_a_scale_fixes_it(tmp_path):
@@ -164,17 +170,39 @@ def test_gradient_underflows_in_float8_e5m2_and_a_scale_fixes_it(tmp_path):
     assert min(underflow_share(g) for g in grads) > 0.9
     assert max(underflow_share(g * 2.0**k) for g in grads) < 0.05  # the scale fixes it
 
-    # grouped: one underflow row of the format, the scales in its sentence; underflow is
-    # what an unscaled float8 does, not the run's headline
+    # grouped: one underflow row per tensor type, the scales of its tensors in its
+    # sentence, and one scale row per tensor type beside it
     grouped = tandv_tb.findings(tmp_path, cache_dir=tmp_path.parent / "cache")
-    (row,) = only(grouped, "underflow").itertuples()
-    assert row.tensors == len(under) and row.step == under.step.min()
-    assert row.message.startswith(f"float8_e5m2: {len(under)} of ")
-    ks = only(frame, "scale").value.astype(int)
-    scales = f"2^{ks.min()}" if ks.min() == ks.max() else f"2^{ks.min()} to 2^{ks.max()}"
-    assert f"scale of {scales} brings" in row.message
-    assert only(grouped, "scale").empty  # folded into the condition they remedy
-    assert "no problem found" in cli("findings", str(tmp_path)).stdout.splitlines()[0]
+    scales = only(frame, "scale").set_index(["tensor_type", "name"])
+    types = under.index.get_level_values("tensor_type")
+    assert sorted(only(grouped, "underflow").tensor_type) == sorted(set(types))
+    for row in only(grouped, "underflow").itertuples():
+        mine = under.xs(row.tensor_type, level="tensor_type")
+        assert row.tensors == len(mine) and row.step == mine.step.min()
+        assert row.message.startswith(f"float8_e5m2: {len(mine)} of ")
+        assert f" {row.tensor_type} tensors would lose over 5% " in row.message
+        ks = scales.xs(row.tensor_type, level="tensor_type").value.astype(int)
+        assert f"scale of {power_range(ks)} brings" in row.message
+    scale_rows = only(grouped, "scale")
+    assert sorted(scale_rows.tensor_type) == sorted(set(types))
+    assert scale_rows.tensors.sum() == len(scales)
+    # printed: the underflow of the format and its scales folded into one line, with the
+    # numbers of every tensor; underflow is what an unscaled float8 does, not the headline
+    lines = cli("findings", str(tmp_path)).stdout.splitlines()
+    assert "no problem found" in lines[0]
+    (line,) = [line for line in lines if " underflow " in line]
+    assert f"float8_e5m2 without a scale (expected): {len(under)} of " in line
+    assert f"scale of {power_range(scales.value.astype(int))} brings" in line
+    assert "scale" not in map(kind_of, lines)  # folded with what they remedy
+    listed = cli("findings", str(tmp_path), "--groups").stdout.splitlines()
+    assert list(map(kind_of, listed)).count("underflow") == len(set(types))
+    assert list(map(kind_of, listed)).count("scale") == len(set(types))
+
+
+def kind_of(line: str) -> str:
+    """The KIND column of a line of the grouped table (of a run named without spaces)."""
+    columns = line.split()
+    return columns[3] if len(columns) > 4 and columns[2].isdigit() else ""
 
 
 # -- trends --------------------------------------------------------------------------------
@@ -283,6 +311,7 @@ def test_no_numerics_no_findings(tmp_path):
         ("findings", "{logdir}", "--compare", "a"),
         ("findings", "{logdir}", "--compare", "a", "a"),
         ("findings", "{logdir}", "--compare", "a", "b", "--run", "a"),
+        ("findings", "{logdir}", "--groups", "--all"),
         ("findings",),
         (),
     ],

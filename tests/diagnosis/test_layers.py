@@ -13,7 +13,7 @@ FLOORS = (
     ("base",),
     ("run_numerics",),
     ("first_nonfinite", "low_precision", "trends", "comparable", "grouping", "headline"),
-    ("divergence",),
+    ("divergence", "folding"),
     ("engine",),
     ("__init__",),
     ("cli",),

@@ -14,8 +14,10 @@ import shutil
 import pytest
 
 import tandv_tb
+from tandv_tb.diagnosis.cli import FOLD_HINT
 from tests.helpers.demo_logdir import TORCH_RUNS, short_demo
-from tests.helpers.findings_cli import cli
+from tests.helpers.findings_cli import cli, cli_json
+from tests.helpers.findings_groups import check_groups, format_named
 
 pytestmark = pytest.mark.slow
 SCREEN = 20  # lines
@@ -53,7 +55,50 @@ def check_story(logdir, runs: list[str]) -> list[str]:
     assert list(zip(parted.run, parted.message.str.split("'").str[3])) == [TORCH_RUNS]
     (row,) = [row for row in rows if "divergence" in row]
     assert f"part at step {parted.step.iloc[0]}" in row
+    check_folds(logdir, rows)
     return lines
+
+
+def check_folds(logdir, rows: list[str]) -> None:
+    """The groups follow the contract's key; the default output shows each of them but the
+    underflow groups and the scales remedying them, which take one line per run and format
+    (with the number of their tensors); ``--groups`` prints every group."""
+    _, groups = cli_json(logdir)
+    _, listed = cli_json(logdir, "--all")
+    check_groups(groups, listed)
+    underflowing = {
+        (f["run"], format_named(f["message"]), f["tensor_type"], f["name"])
+        for f in listed
+        if f["kind"] == "underflow"
+    }
+    folded: dict[tuple, list[dict]] = {}
+    for g in groups:
+        first = g["findings"][0]
+        key = (g["run"], format_named(first["message"]))
+        remedy = (*key, first["tensor_type"], first["name"]) in underflowing
+        if g["kind"] == "underflow" or (g["kind"] == "scale" and remedy):
+            folded.setdefault(key, []).append(g)
+    table = [row for row in rows if row.split()[2:3] and row.split()[2].isdigit()]
+    assert len(table) == len(groups) - sum(len(f) - 1 for f in folded.values())
+    for (run, format_name), together in folded.items():
+        assert len(together) > 1  # in the demo, every run and format has several
+        tensors = sum(g["tensors"] for g in together if g["kind"] == "underflow")
+        (line,) = [
+            row
+            for row in table
+            if row.split()[1] == run and f"  {format_name} without a scale (expected): " in row
+        ]
+        assert row_kind_and_count(line) == ("underflow", tensors)
+        kinds = [g["kind"] for g in together]
+        counts = " and ".join(f"{kinds.count(k)} {k}" for k in ("underflow", "scale") if k in kinds)
+        assert line.endswith(f"; {counts} groups, one per tensor type{FOLD_HINT}")
+    printed = cli("findings", str(logdir), "--groups").stdout.splitlines()
+    assert len([r for r in printed if r.split()[2:3] and r.split()[2].isdigit()]) == len(groups)
+
+
+def row_kind_and_count(line: str) -> tuple[str, int]:
+    _, _, _, kind, tensors, *_ = line.split()
+    return kind, int(tensors)
 
 
 def test_the_demo_fits_a_screen(demo):

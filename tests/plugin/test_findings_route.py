@@ -7,6 +7,9 @@ import pytest
 
 import tandv_tb
 from tandv_tb import NumericsWriter
+from tandv_tb.diagnosis.cli import FOLD_HINT
+from tests.helpers.findings_cli import cli
+from tests.helpers.findings_groups import check_groups
 from tests.helpers.plugin import TensorBoardApp
 
 HOSTILE = "<img src=x onerror=alert(1)>\nlayer"
@@ -94,6 +97,11 @@ def test_two_runs_part_and_most_severe_come_first(app):
             group["step"],
             group["kind"],
         )
+    resolved = [
+        {**g, "findings": [found["findings"][i] for i in g["findings"]]} for g in found["groups"]
+    ]
+    check_groups(resolved, found["findings"])
+    assert found["folds"] == []  # no recorded format: nothing expected of one to fold
     headlines = {h["run"]: h for h in found["headlines"]}
     assert found["findings"][headlines["a"]["finding"]]["kind"] == "nonfinite"
     # b has no problem of its own: the divergence is a's (the first of the pair)
@@ -131,3 +139,52 @@ def test_the_route_and_the_python_api_agree(app, logdir, tmp_path):
     grouped = tandv_tb.findings(logdir, cache_dir=tmp_path)
     api = {tuple(row) for row in grouped.drop(columns="value").itertuples(index=False)}
     assert {(*(g[k] for k in keys), g["tensors"]) for g in served["groups"]} == api
+
+
+def test_folds_are_the_lines_the_command_line_folds(tmp_path):
+    """Values far below float8_e4m3fn's smallest subnormal in two tensor types: two
+    underflow groups and their two scale groups, folded into one line as printed. One
+    gradient also overflows (one value in 64 far above 448): it has an overflow group of
+    its own, and its scale stays with the underflow it remedies too."""
+    logdir = tmp_path / "logs"
+    rng = np.random.default_rng(0)
+    with NumericsWriter(str(logdir / "tiny"), formats=("float8_e4m3fn",)) as writer:
+        for step in range(STEPS):
+            for tensor_type in ("Gradient", "Weight_Gradient"):
+                for name in ("fc1", "fc2"):
+                    values = (rng.normal(size=64) * 1e-6).astype(np.float32)
+                    if (tensor_type, name) == ("Gradient", "fc2"):
+                        values[0] = 1e6
+                    writer.add_numerics(name, values, step, tensor_type=tensor_type)
+    tb = TensorBoardApp(logdir, "python")
+    try:
+        tb.wait_for(tags=4, max_step=STEPS - 1)
+        found = tb.json("findings", run="tiny")
+    finally:
+        tb.close()
+    resolved = [
+        {**g, "findings": [found["findings"][i] for i in g["findings"]]} for g in found["groups"]
+    ]
+    check_groups(resolved, found["findings"])
+    assert sorted((g["kind"], g["tensor_type"], g["tensors"]) for g in found["groups"]) == [
+        ("overflow", "Gradient", 1),
+        ("scale", "Gradient", 2),
+        ("scale", "Weight_Gradient", 2),
+        ("underflow", "Gradient", 2),
+        ("underflow", "Weight_Gradient", 2),
+    ]
+    (fold,) = found["folds"]
+    kinds = sorted(found["groups"][i]["kind"] for i in fold["groups"])
+    assert kinds == ["scale", "scale", "underflow", "underflow"]
+    assert (fold["run"], fold["kind"], fold["format"], fold["tensors"]) == (
+        "tiny",
+        "underflow",
+        "float8_e4m3fn",
+        4,
+    )
+    (headline,) = found["headlines"]
+    assert headline["message"].startswith("float8_e4m3fn overflows from step 0: Gradient 'fc2'")
+    printed = cli("findings", str(logdir)).stdout.splitlines()
+    (line,) = [line for line in printed if " underflow " in line]
+    assert line.endswith(f"  {fold['message']}{FOLD_HINT}")
+    assert fold["message"].startswith("float8_e4m3fn without a scale (expected): 4 of 4 tensors")
