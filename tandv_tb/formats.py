@@ -38,7 +38,7 @@ def numpy_dtype(name: str) -> np.dtype:
     try:
         dtype = np.dtype(candidate if candidate is not None else name)
         ml_dtypes.finfo(dtype)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, SyntaxError):  # numpy parses some names ("039") as code
         raise ValueError(
             f"unknown float format {name!r}: expected a name ml_dtypes.finfo accepts, "
             "such as 'float32', 'bfloat16' or 'float8_e4m3fn'"

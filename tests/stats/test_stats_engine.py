@@ -267,9 +267,10 @@ def test_meta_and_sparse_tensors_raise_type_error():
         engine.compute(torch.eye(3).to_sparse())
 
 
-def test_unknown_format_is_a_value_error():
-    with pytest.raises(ValueError, match="float9"):
-        engine.compute(np.ones(3, np.float32), ("float9",))
+@pytest.mark.parametrize("name", ["float9", "039", ""])
+def test_unknown_format_is_a_value_error(name):
+    with pytest.raises(ValueError, match="unknown float format"):
+        engine.compute(np.ones(3, np.float32), (name,))
 
 
 def test_format_bins_match_contract():
