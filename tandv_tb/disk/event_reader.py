@@ -27,10 +27,8 @@ the steps of the readable records around it. A refused tag is described once per
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -39,6 +37,7 @@ from tensorboard.compat.proto import event_pb2
 from tandv_tb.disk import framing
 from tandv_tb.disk.chunk_values import Chunk, ChunkValues
 from tandv_tb.disk.framing import Damage
+from tandv_tb.disk.locations import ByteSource, LocalBytes, location, public_url
 from tandv_tb.disk.tag_table import TagTable
 
 #: Bytes read from a file at a time: a big file is read in pieces of about this size
@@ -51,21 +50,30 @@ class DataWarning(UserWarning):
 
 
 def read_chunk(
-    path: str, offset: int, table: TagTable, *, final: bool, max_bytes: int = CHUNK_BYTES
+    source: str | ByteSource,
+    offset: int,
+    table: TagTable,
+    *,
+    final: bool,
+    max_bytes: int = CHUNK_BYTES,
 ) -> Chunk:
-    """The numerics values of the file at ``path`` from byte ``offset`` on (up to about
-    ``max_bytes``, always at least one whole record). With ``final`` the file is taken as
-    complete, so a cut-short last record is damage rather than unfinished."""
+    """The numerics values of a file (a local path, or a ``locations.ByteSource``: a remote
+    object read by range) from byte ``offset`` on (up to about ``max_bytes``, always at
+    least one whole record). With ``final`` the file is taken as complete, so a cut-short
+    last record is damage rather than unfinished."""
     from tandv_tb.disk.fast_events import FastEvents  # numba: loaded on the first read
 
+    if isinstance(source, str):
+        source = LocalBytes(source)
+    path = source.name
     problems: list[str] = []
     try:
-        with open(path, "rb") as file:
-            file.seek(offset)
-            data = file.read(max_bytes)
-            if len(data) >= max_bytes and framing.record_end(data, 0) is None:
-                data += framing.rest_of_first_record(file, data)
-            at_end = not file.read(1)
+        data = source.read(offset, max_bytes)
+        if len(data) >= max_bytes and framing.record_end(data, 0) is None:
+            need = framing.first_record_size(data)
+            if need > len(data):
+                data += source.read(offset + len(data), need - len(data))
+        at_end = len(data) < max_bytes or not source.read(offset + len(data), 1)
     except OSError as error:
         return _empty(offset, [f"{path}: skipped the file, it cannot be read ({error})"])
     frames = list(framing.frames(data, final and at_end))
@@ -104,62 +112,32 @@ def read_chunk(
     return values.chunk(offset + consumed, problems)
 
 
-def is_event_file(name: str) -> bool:
-    """Whether a file of this name is an event file: its name holds "tfevents", as
-    TensorBoard decides (a run is a folder that holds event files of its own)."""
-    return "tfevents" in name
-
-
-def event_files(directory: Path) -> dict[str, int]:
-    """``{name: size}`` of the event files directly in ``directory`` (one run's own), by
-    name; none where the folder cannot be read."""
-    found = {}
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            if is_event_file(entry.name):
-                with contextlib.suppress(OSError):
-                    if entry.is_file():
-                        found[entry.name] = entry.stat().st_size
-    return dict(sorted(found.items()))
-
-
-def event_runs(logdir: Path) -> dict[str, list[Path]]:
-    """Event files by run, the run named as TensorBoard names it ("." for logdir)."""
-    runs: dict[str, list[Path]] = {}
-    for directory, subdirs, files in os.walk(logdir):
-        subdirs.sort()
-        events = sorted(f for f in files if is_event_file(f))
-        if events:
-            run = os.path.relpath(directory, logdir).replace(os.sep, "/")
-            runs[run] = [Path(directory) / f for f in events]
-    return runs
-
-
-def select_runs(logdir: str | os.PathLike, run: str | None = None) -> dict[str, list[Path]]:
-    """``event_runs`` of ``logdir``, or of its one ``run``; ``FileNotFoundError`` for a
-    missing logdir, ``ValueError`` naming the runs for an unknown one."""
-    root = Path(logdir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"no such log directory: {str(root)!r}")
-    runs = event_runs(root)
+def select_runs(logdir: str | os.PathLike, run: str | None = None) -> dict[str, list[ByteSource]]:
+    """The event files of every run under ``logdir`` (a path or URL), or of its one
+    ``run``, by run name (as TensorBoard names it) and file name; ``FileNotFoundError`` for
+    a missing logdir, ``ValueError`` naming the runs for an unknown one, ``StorageError``
+    for storage that cannot be read."""
+    where = location(logdir)
+    if not where.exists():
+        raise FileNotFoundError(f"no such log directory: {public_url(where.url)!r}")
+    runs = where.runs()
     if run is not None:
         if run not in runs:
-            raise ValueError(f"no run {run!r} under {str(root)!r}; runs: {sorted(runs)}")
+            raise ValueError(
+                f"no run {run!r} under {public_url(where.url)!r}; runs: {sorted(runs)}"
+            )
         runs = {run: runs[run]}
-    return runs
+    return {name: [where.source(name, f) for f in files] for name, files in runs.items()}
 
 
-def read_file(path: str, table: TagTable) -> Iterator[Chunk]:
+def read_file(source: str | ByteSource, table: TagTable) -> Iterator[Chunk]:
     """A whole event file, taken as complete, a chunk at a time (a file that cannot be
     read gives one chunk that says so)."""
-    try:
-        size = os.stat(path).st_size
-    except OSError as error:
-        yield _empty(0, [f"{path}: skipped the file, it cannot be read ({error})"])
-        return
     offset = 0
-    while offset < size:
-        chunk = read_chunk(path, offset, table, final=True)
+    while True:
+        chunk = read_chunk(source, offset, table, final=True)
+        if chunk.end <= offset and not chunk.problems and not len(chunk):
+            return
         yield chunk
         if chunk.end <= offset:
             return

@@ -42,20 +42,21 @@ StoredTags = dict[str, tuple[int, TagInfo | None, int]]
 
 
 class NumericsStore:
-    """Every numerics record of the runs under ``logdir``, kept up to date from the files
-    (``cache_dir``: the folder of the database, ``database.database_path``)."""
+    """Every numerics record of the runs under ``logdir`` (a path, a URL, or a ``Logdir``
+    of a ``--logdir_spec``), kept up to date from the files (``cache_dir``: the local folder
+    of the database, ``database.database_path``)."""
 
     def __init__(
         self,
-        logdir: str,
+        logdir: str | os.PathLike | Logdir,
         cache_dir: str | os.PathLike | None = None,
         *,
         refresh_secs: float = REFRESH_SECS,
     ):
-        self.logdir = logdir
-        self._database = Database(logdir, cache_dir)
+        self._logdir = logdir if isinstance(logdir, Logdir) else Logdir.of(logdir)
+        self.logdir = self._logdir.root
+        self._database = Database(self._logdir.key, cache_dir)
         self.path = self._database.path
-        self._logdir = Logdir(logdir)
         run_ids = RunIds(self._database)
         self._updates = Updates(self._database, run_ids, self._logdir, refresh_secs)
         self._reader = Reader(self._database, run_ids, self._logdir)
@@ -86,7 +87,7 @@ class NumericsStore:
 
     def runs(self) -> list[str]:
         """The runs under the logdir (folders holding event files), as TensorBoard names
-        them ("." for the logdir itself)."""
+        them ("." for the logdir itself); ``StorageError`` where it cannot be listed."""
         return self._logdir.runs()
 
     def has_run(self, run: str) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import duckdb
 
+from tandv_tb.disk.locations import StorageError
 from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.store.database import Database
 from tandv_tb.store.ingest import stored_tags, update_run
@@ -44,10 +45,13 @@ class Updates:
         self._checked: dict[str, float] = {}  # run -> when it was last read to its end
         self.tables: dict[str, TagTable] = {}  # run -> its tags as read
         self.versions: dict[str, int] = {}
+        self.failures: dict[str, StorageError] = {}  # run -> why its last read failed
 
     def refresh(self, run: str) -> int:
         """Read what is new in the run's files (unless that was done less than
-        ``refresh_secs`` ago); the run's version."""
+        ``refresh_secs`` ago); the run's version. ``StorageError`` where the run's storage
+        cannot be read and nothing of the run was read in this process (otherwise what was
+        read is served, and the failure logged)."""
         now = time.monotonic()
         last = self._checked.get(run)
         if last is not None and now - last < self._refresh_secs:
@@ -62,6 +66,9 @@ class Updates:
         finally:
             with self._waiting_lock:
                 self._waiting -= 1
+        failure = self.failures.get(run)
+        if failure is not None and run not in self.versions:
+            raise failure
         return self.versions.get(run, 0)
 
     def was_read(self, run: str) -> bool:
@@ -116,7 +123,16 @@ class Updates:
         whether the run was read to its end."""
         cursor = self._database.cursor()
         try:
-            return self._update(cursor, run, pause)
+            finished = self._update(cursor, run, pause)
+            self.failures.pop(run, None)
+            return finished
+        except StorageError as error:  # what was stored stays; tried again at a later refresh
+            logger.warning("tandv_tb: could not update run %r: %s", run, error)
+            self.failures[run] = error
+            self.tables.pop(run, None)
+            with contextlib.suppress(duckdb.Error):
+                cursor.execute("ROLLBACK")
+            return True
         except (duckdb.Error, OSError) as error:
             logger.warning("tandv_tb: could not update run %r in the store: %s", run, error)
             self.tables.pop(run, None)  # reloaded from what was committed
