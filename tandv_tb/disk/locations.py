@@ -327,20 +327,25 @@ class RemoteBytes:
 
 def _past_the_end(error: BaseException) -> bool:
     """Whether a range read failed only because it starts at or after the end (HTTP 416)."""
-    text = f"{type(error).__name__} {error}"
-    return "InvalidRange" in text or "416" in text or "Range Not Satisfiable" in text
+    text = f"{type(error).__name__} {error}".lower()
+    return "invalidrange" in text or "416" in text or "not satisfiable" in text
 
 
 def filesystem(url: str):
     """``(fsspec filesystem, path)`` of a URL, with TensorBoard's ``S3_ENDPOINT`` applied to
     S3 where nothing else names an endpoint."""
     import fsspec
+    import fsspec.config
 
     options = {}
     protocol = url.split("://", 1)[0].lower()
-    if protocol in ("s3", "s3a") and _endpoint(url) == os.environ.get("S3_ENDPOINT"):
-        if os.environ.get("S3_ENDPOINT"):
-            options["endpoint_url"] = os.environ["S3_ENDPOINT"]
+    endpoint = os.environ.get("S3_ENDPOINT")
+    if protocol in ("s3", "s3a") and endpoint and _endpoint(url) == endpoint:
+        configured = fsspec.config.conf.get("s3", {})
+        if "endpoint_url" not in configured and "endpoint_url" not in configured.get(
+            "client_kwargs", {}
+        ):
+            options["endpoint_url"] = endpoint
     try:
         return fsspec.core.url_to_fs(url, **options)
     except ImportError as error:  # the protocol's package is not installed

@@ -61,7 +61,8 @@ def read_records(
     logdir: str | os.PathLike, run: str | None = None
 ) -> Iterator[tuple[str, TagInfo, int, NumericsRecord]]:
     """``(run, tag_info, step, record)`` for every readable numerics record under
-    ``logdir`` (a path or a URL, ``tandv_tb.disk.locations``); what cannot be read is skipped with a ``DataWarning`` (see the module doc)."""
+    ``logdir`` (a path or a URL, ``tandv_tb.disk.locations``); what cannot be read is
+    skipped with a ``DataWarning`` (see the module doc)."""
     runs = select_runs(logdir, run)
     for name, files in runs.items():
         table = TagTable()

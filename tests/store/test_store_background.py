@@ -61,7 +61,9 @@ def test_a_paused_update_goes_on_where_it_stopped(tmp_path, monkeypatch):
     run_id = RunIds(paused._database).add(cursor, "r")
     table = ingest.stored_tags(cursor, run_id)
     files = Logdir.of(str(tmp_path / "logs")).files("r")
-    assert [files.path(name) for name in files.sizes()] == [str(p) for p in sorted(run_dir.iterdir())]
+    assert [files.path(name) for name in files.sizes()] == [
+        str(p) for p in sorted(run_dir.iterdir())
+    ]
     asked = []
     changed, finished = ingest.update_run(
         cursor, files, run_id, table, pause=lambda: asked.append(1) or len(asked) > 1
