@@ -34,19 +34,23 @@ def find(
     thresholds: Thresholds = _DEFAULTS,
 ) -> list[Finding]:
     """The findings as ``Finding`` objects (what ``findings`` and the command line build
-    on). ``FileNotFoundError`` for a missing logdir, ``ValueError`` for an unknown run."""
+    on); ``logdir`` a path or any fsspec URL. ``FileNotFoundError`` for a missing logdir,
+    ``ValueError`` for an unknown run, ``tandv_tb.disk.locations.StorageError`` for
+    storage that cannot be read."""
     from tandv_tb.diagnosis.engine import diagnose
+    from tandv_tb.disk.locations import public_url
     from tandv_tb.store import NumericsStore
+    from tandv_tb.store.logdir import Logdir
 
-    root = os.fspath(logdir)
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"no such log directory: {root!r}")
+    root = Logdir.of(logdir)
+    if not root.exists():
+        raise FileNotFoundError(f"no such log directory: {public_url(root.root)!r}")
     db = NumericsStore(root, cache_dir)
     try:
         runs = db.runs()
         if run is not None:
             if run not in runs:
-                raise ValueError(f"no run {run!r} under {root!r}; runs: {runs}")
+                raise ValueError(f"no run {run!r} under {public_url(root.root)!r}; runs: {runs}")
             runs = [run]
         for name in runs:
             db.refresh(name)

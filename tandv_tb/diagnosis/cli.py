@@ -1,9 +1,11 @@
-"""The command line: ``tandv-tb findings LOGDIR [--run R] [--json] [--fail-on LEVEL]``.
+"""The command line: ``tandv-tb findings LOGDIR [--run R] [--json] [--fail-on LEVEL]``
+(``LOGDIR`` a folder or any fsspec URL: ``s3://bucket/runs``).
 
 Prints the findings as a table (or a JSON list of objects with the columns of
 ``tandv_tb.findings``, ``value`` null where it is NaN) and exits 1 when a finding at or
 above ``--fail-on`` (default ``error``) exists, else 0, so a pipeline can gate on it. Bad
-arguments, a missing logdir or an unknown run exit 2 with one line on stderr. Imports are
+arguments, a missing logdir, storage that cannot be read (denied, unreachable) or an
+unknown run exit 2 with one line on stderr. Imports are
 kept to what the findings need (no pandas, torch or jax).
 """
 
@@ -44,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         "part). Exit status: 1 when a finding at or above --fail-on exists, else 0; 2 "
         "for bad arguments or a missing logdir.",
     )
-    findings.add_argument("logdir", metavar="LOGDIR")
+    findings.add_argument("logdir", metavar="LOGDIR", help="a folder or a URL (s3://, gs://, ...)")
     findings.add_argument("--run", metavar="R", help="only this run (as TensorBoard names it)")
     findings.add_argument("--json", action="store_true", help="print a JSON list of objects")
     findings.add_argument(
@@ -89,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         print(usage, file=sys.stderr)
         return 2
     from tandv_tb.diagnosis import find
+    from tandv_tb.disk.locations import StorageError
 
     try:
         found = find(args.logdir, run=args.run)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as error:
+    except (FileNotFoundError, NotADirectoryError, ValueError, StorageError) as error:
         print(f"{PROG} findings: {error}", file=sys.stderr)
         return 2
     print(as_json(found) if args.json else table(found))

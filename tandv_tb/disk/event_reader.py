@@ -27,6 +27,7 @@ the steps of the readable records around it. A refused tag is described once per
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Iterator
 
@@ -76,40 +77,82 @@ def read_chunk(
         at_end = len(data) < max_bytes or not source.read(offset + len(data), 1)
     except OSError as error:
         return _empty(offset, [f"{path}: skipped the file, it cannot be read ({error})"])
-    frames = list(framing.frames(data, final and at_end))
-    consumed = frames.pop()
     buffer = np.frombuffer(data, dtype=np.uint8)
-    bodies = [item for item in frames if not isinstance(item, Damage)]
-    fast = FastEvents(buffer, bodies, table)
+    starts, ends, damages, consumed = _records(buffer, data, final and at_end)
+    fast = FastEvents(buffer, starts, ends, table)
     values = ChunkValues(buffer, offset)
-    pending: list[Damage] = []  # reported once the next readable step is known
-    step: int | None = None
-    for item in frames:
-        if isinstance(item, Damage):
-            pending.append(item)
+    taken = fast.take_all(values)
+    steps: list[int | None] = fast.steps.tolist()  # None: unreadable
+    notes: list[tuple[float, str | Damage]] = []  # (where, problem), where: event index
+    last_registration = max(fast.registered.values(), default=-1)
+    for index in np.flatnonzero(~taken).tolist():
+        start, end = int(starts[index]), int(ends[index])
+        try:
+            event = event_pb2.Event.FromString(data[start:end])
+        except DecodeError:
+            steps[index] = None
+            notes.append((index, "not an event"))
             continue
-        event = None
-        event_step = fast.take(values)
-        if event_step is None:
-            try:
-                event = event_pb2.Event.FromString(data[item[0] : item[1]])
-            except DecodeError:
-                problems.append(
-                    f"{path}: skipped an event that is not a valid Event proto (after step {step})"
-                )
-                continue
-            event_step = event.step
-        for damage in pending:
-            problems.append(_damage_text(path, offset, damage, step, event_step))
-        pending, step = [], event_step
-        if event is not None:
-            values.add_event(event, table, path, problems)
+        steps[index] = event.step
+        later = frozenset()
+        if index < last_registration:
+            later = frozenset(table.names[t] for t, at in fast.registered.items() if at > index)
+        values.event = index
+        found: list[str] = []
+        values.add_event(event, table, path, found, later)
+        notes += [(index, text) for text in found]
+    notes += [(position - 0.5, damage) for position, damage in damages]
     if consumed == 0 and len(data) >= max_bytes:  # a whole piece without a record start
         consumed = len(data) // 2
-        pending.append(Damage(0, consumed, "damaged: no readable record"))
-    for damage in pending:
-        problems.append(_damage_text(path, offset, damage, step, None))
+        notes.append((len(steps), Damage(0, consumed, "damaged: no readable record")))
+    problems += _problem_texts(path, offset, notes, steps)
     return values.chunk(offset + consumed, problems)
+
+
+def _records(buffer: np.ndarray, data: bytes, final: bool):
+    """``(starts, ends, damages, consumed)``: the data ranges of the whole records of a
+    piece, each ``Damage`` with the number of records before it, and where reading
+    stopped. The records are walked in compiled code up to the first that is not whole
+    and valid, then by ``framing.frames`` (which defines damage) from there."""
+    from tandv_tb.disk.fast_framing import whole_records
+
+    starts, ends, stop = whole_records(buffer)
+    if stop >= len(data):
+        return starts, ends, [], stop
+    more_starts, more_ends, damages = [], [], []
+    found = list(framing.frames(data, final, stop))
+    consumed = found.pop()
+    for item in found:
+        if isinstance(item, Damage):
+            damages.append((len(starts) + len(more_starts), item))
+        else:
+            more_starts.append(item[0])
+            more_ends.append(item[1])
+    if more_starts:
+        starts = np.concatenate([starts, np.array(more_starts, dtype=np.int64)])
+        ends = np.concatenate([ends, np.array(more_ends, dtype=np.int64)])
+    return starts, ends, damages, consumed
+
+
+def _problem_texts(path: str, base: int, notes: list, steps: list[int | None]) -> list[str]:
+    """The problems of a piece in file order: each damage named with the steps of the
+    readable events around it, each event that is not an ``Event`` proto with the step
+    before it."""
+    readable = [i for i, step in enumerate(steps) if step is not None]
+    texts = []
+    for where, note in sorted(notes, key=lambda item: item[0]):
+        at = bisect.bisect_left(readable, where)
+        before = steps[readable[at - 1]] if at > 0 else None
+        if isinstance(note, Damage):
+            after = steps[readable[at]] if at < len(readable) else None
+            texts.append(_damage_text(path, base, note, before, after))
+        elif note == "not an event":
+            texts.append(
+                f"{path}: skipped an event that is not a valid Event proto (after step {before})"
+            )
+        else:
+            texts.append(note)
+    return texts
 
 
 def select_runs(logdir: str | os.PathLike, run: str | None = None) -> dict[str, list[ByteSource]]:

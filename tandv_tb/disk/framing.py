@@ -84,10 +84,10 @@ def _next_record(data, offset: int) -> int | None:
     return None
 
 
-def frames(data, final: bool):
-    """``(start, end)`` of the data of every valid record, and a ``Damage`` for each gap;
-    finally the offset up to which ``data`` was consumed."""
-    offset, size = 0, len(data)
+def frames(data, final: bool, start: int = 0):
+    """``(start, end)`` of the data of every valid record from ``start`` on, and a
+    ``Damage`` for each gap; finally the offset up to which ``data`` was consumed."""
+    offset, size = start, len(data)
     while offset < size:
         if size - offset < HEADER_BYTES:
             break

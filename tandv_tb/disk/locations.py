@@ -176,9 +176,10 @@ class LocalFolder(Location):
         found: dict[str, Files] = {}
         for directory, subdirs, names in os.walk(self.root):
             subdirs.sort()
-            if any(is_event_file(name) for name in names):
+            events = sorted(name for name in names if is_event_file(name))
+            if events:  # a file that cannot be read is listed: its reader says why
                 run = os.path.relpath(directory, self.root).replace(os.sep, "/")
-                found[run] = self.files(run)
+                found[run] = {name: _size(os.path.join(directory, name)) for name in events}
         return found
 
     def files(self, run: str) -> Files:
@@ -205,6 +206,13 @@ class LocalFolder(Location):
 
     def _folder(self, run: str) -> str:
         return self.root if run == "." else os.path.join(self.root, *run.split("/"))
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 class RemoteFolder(Location):
