@@ -345,7 +345,7 @@ def filesystem(url: str):
     import fsspec
     import fsspec.config
 
-    options = {}
+    options: dict = {"skip_instance_cache": True}  # a cached one may hold older settings
     protocol = url.split("://", 1)[0].lower()
     endpoint = os.environ.get("S3_ENDPOINT")
     if protocol in ("s3", "s3a") and endpoint and _endpoint(url) == endpoint:

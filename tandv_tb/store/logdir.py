@@ -19,7 +19,7 @@ import numpy as np
 
 from tandv_tb.disk.chunk_values import Chunk
 from tandv_tb.disk.event_reader import read_chunk
-from tandv_tb.disk.locations import Files, Location, StorageError, location
+from tandv_tb.disk.locations import Files, LocalFolder, Location, StorageError, location
 from tandv_tb.disk.tag_table import TagTable
 
 
@@ -29,6 +29,7 @@ class RunFiles:
     def __init__(self, where: Location, run: str):
         self._where = where
         self.run = run  # the folder's path relative to its logdir
+        self.local = isinstance(where, LocalFolder)  # reading costs no request
 
     def sizes(self) -> Files:
         """``{name: size}`` of the run's event files now, by name."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,6 +18,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 #: Credentials moto accepts without IAM (any are accepted then).
 TEST_KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret"}
@@ -94,7 +97,9 @@ class S3Server:
         )
         iam.put_user_policy(UserName=user, PolicyName="one-bucket", PolicyDocument=policy)
         key = iam.create_access_key(UserName=user)["AccessKey"]
-        request = urllib.request.Request(f"{self.url}/moto-api/reset-auth", b"0", method="POST")
+        request = urllib.request.Request(
+            f"{self.url}/moto-api/reset-auth", b"0", {"Content-Type": "text/plain"}, method="POST"
+        )
         urllib.request.urlopen(request, timeout=10).close()
         return {
             "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
@@ -149,3 +154,28 @@ def environment(variables: dict[str, str]):
 def unreachable_endpoint() -> str:
     """An endpoint on 127.0.0.1 where nothing listens (a port just freed)."""
     return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A local S3 server for a test module, the process's environment pointing at it."""
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        with environment(server.env()):
+            yield server
+    finally:
+        server.close()
+
+
+def download(server: S3Server, url: str, folder: Path) -> Path:
+    """Every object under ``url`` into ``folder`` at its relative path (a local copy of
+    the same bytes); ``folder``."""
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    client = server.client()
+    shutil.rmtree(folder, ignore_errors=True)
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for entry in page.get("Contents", []):
+            target = folder / entry["Key"][len(prefix) :].lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, entry["Key"], str(target))
+    return folder
