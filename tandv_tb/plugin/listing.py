@@ -109,7 +109,9 @@ def store_tags(store: NumericsStore, provider) -> TagSource:
     last refresh (the request handler refreshes the runs it reads first). Listing every run
     does not build the store of a run it has never read (minutes for a large logdir's
     first start): such a run is listed as TensorBoard's data provider lists it, until a
-    route asks for its data."""
+    route asks for its data, or where the provider has not read it yet (a sweep of many
+    runs at a first start), from the first piece of its first event file
+    (``NumericsStore.first_tags``)."""
     held: dict[str, tuple[int, dict[str, StoredTag]]] = {}  # run -> (version, its tags)
     from_provider = provider_tags(provider)
 
@@ -130,7 +132,9 @@ def store_tags(store: NumericsStore, provider) -> TagSource:
                 continue
             if listed is None:
                 listed = from_provider(ctx, experiment_id, None)
-            found[name] = listed.get(name, {})
+            found[name] = listed.get(name) or {
+                tag: StoredTag(*entry) for tag, entry in store.first_tags(name).items()
+            }
         return found
 
     return list_tags

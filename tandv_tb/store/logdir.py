@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from tandv_tb.disk.chunk_values import Chunk
-from tandv_tb.disk.event_reader import read_chunk
+from tandv_tb.disk.event_reader import CHUNK_BYTES, read_chunk
 from tandv_tb.disk.locations import Files, LocalFolder, Location, StorageError, location
 from tandv_tb.disk.tag_table import TagTable
 
@@ -49,10 +49,11 @@ class RunFiles:
         except OSError:
             return b""
 
-    def chunk(self, name: str, offset: int, table: TagTable) -> Chunk:
+    def chunk(self, name: str, offset: int, table: TagTable, max_bytes: int = CHUNK_BYTES) -> Chunk:
         """The numerics values of a file from ``offset`` on (``event_reader.read_chunk``;
         the file may still grow)."""
-        return read_chunk(self._where.source(self.run, name), offset, table, final=False)
+        source = self._where.source(self.run, name)
+        return read_chunk(source, offset, table, final=False, max_bytes=max_bytes)
 
     def read_ranges(
         self, name: str, at: np.ndarray, sizes: np.ndarray, out: np.ndarray, out_at: np.ndarray

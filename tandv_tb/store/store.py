@@ -25,6 +25,7 @@ from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, decode_tensor
+from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.store.database import Database
 from tandv_tb.store.held import HeldColumns
 from tandv_tb.store.layout import HeldLayout
@@ -37,6 +38,8 @@ from tandv_tb.store.updates import Updates
 
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
+#: Bytes of a run's first event file read to list its tags before the store reads it.
+FIRST_TAGS_BYTES = 1 << 20
 #: ``{tag: (tag_id, its metadata or None where refused, malformed records)}``
 StoredTags = dict[str, tuple[int, TagInfo | None, int]]
 
@@ -61,6 +64,7 @@ class NumericsStore:
         self._updates = Updates(self._database, run_ids, self._logdir, refresh_secs)
         self._reader = Reader(self._database, run_ids, self._logdir)
         self._held = HeldColumns(self._reader)
+        self._first_tags: dict[str, dict[str, tuple[bytes, int]]] = {}
 
     def close(self) -> None:
         """Close the store (after a background build has stopped at its next transaction);
@@ -124,6 +128,30 @@ class NumericsStore:
             name: (content, steps.get(tag_id, 0))
             for tag_id, (name, content) in enumerate(zip(table.names, table.contents))
         }
+
+    def first_tags(self, run: str) -> dict[str, tuple[bytes, int]]:
+        """What listing a run's tags needs (as ``tag_listing``), read from the first
+        ``FIRST_TAGS_BYTES`` of its first event file (a tag's metadata is in its first
+        record): a sweep's runs are listed at once, before the store has read them (the
+        steps are those of that first piece). Kept per run; none for a run without files."""
+        found = self._first_tags.get(run)
+        if found is None:
+            files = self._logdir.files(run)
+            names = list(files.sizes())
+            found = {}
+            if names:
+                table = TagTable()
+                chunk = files.chunk(names[0], 0, table, FIRST_TAGS_BYTES)
+                last = np.zeros(len(table), dtype=np.int64)
+                np.maximum.at(last, chunk.tags, chunk.steps)
+                found = {
+                    name: (content, int(step))
+                    for name, content, step in zip(table.names, table.contents, last.tolist())
+                }
+            if len(self._first_tags) > 10_000:  # runs come and go over a server's life
+                self._first_tags.clear()
+            self._first_tags[run] = found
+        return found
 
     # -- records, the watch and scalars, as the findings read them -----------------------------
     def rows(

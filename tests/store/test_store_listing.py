@@ -57,7 +57,11 @@ def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path,
     ctx = tb_context.RequestContext()
     logdir, cache = tmp_path / "logs", tmp_path / "c"
     first = PluginRoutes(_empty_provider(tmp_path), logdir, cache)
-    assert first.json("runs")["runs"] == []  # never read: not built just to list it
+    listed = first.json("runs")["runs"]  # from their first bytes: not built to list them
+    assert [(r["run"], r["layer_count"], r["max_step"]) for r in listed] == [
+        ("deep/s", 2, 3),
+        ("r", 3, 8),
+    ]
     assert not first.plugin._store.has_read("r")
     for run in ("r", "deep/s"):  # a data route reads a run
         first.json("layers", run=run, tensor_type="Activation")
