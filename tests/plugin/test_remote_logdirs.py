@@ -99,7 +99,9 @@ def test_every_route_serves_every_step_from_s3(s3, tmp_path):
     layout = write_logdir(tmp_path / "uploaded", steps=STEPS)
     s3.upload(tmp_path / "uploaded", url)
     local = download(s3, url, tmp_path / "copy")
-    remote_tb = TensorBoardProcess(url, "auto", f"--tandv_cache_dir={tmp_path / 'c1'}")
+    remote_tb = TensorBoardProcess(
+        url, "auto", f"--tandv_cache_dir={tmp_path / 'c1'}", log_folder=tmp_path
+    )
     local_tb = TensorBoardProcess(local, "false", f"--tandv_cache_dir={tmp_path / 'c2'}")
     try:
         expected = {"tracked": STEPS - 1, "alpha": STEPS - 1, "nested/beta": STEPS - 1}
@@ -133,7 +135,9 @@ def test_a_run_growing_on_s3_is_followed(s3, tmp_path):
         writer.flush()  # a new object
 
     write(range(5))
-    server = TensorBoardProcess(url, "auto", f"--tandv_cache_dir={tmp_path / 'c'}")
+    server = TensorBoardProcess(
+        url, "auto", f"--tandv_cache_dir={tmp_path / 'c'}", log_folder=tmp_path
+    )
     try:
         _wait_loaded(server, ["live"], {"live": 4})
         write(range(5, 9))
