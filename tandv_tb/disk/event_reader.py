@@ -74,11 +74,12 @@ def read_chunk(
             need = framing.first_record_size(data)
             if need > len(data):
                 data += source.read(offset + len(data), need - len(data))
-        at_end = len(data) < max_bytes or not source.read(offset + len(data), 1)
+        # only a file taken as complete asks whether it ends here (a request, remotely)
+        at_end = final and (len(data) < max_bytes or not source.read(offset + len(data), 1))
     except OSError as error:
         return _empty(offset, [f"{path}: skipped the file, it cannot be read ({error})"])
     buffer = np.frombuffer(data, dtype=np.uint8)
-    starts, ends, damages, consumed = _records(buffer, data, final and at_end)
+    starts, ends, damages, consumed = _records(buffer, data, at_end)
     fast = FastEvents(buffer, starts, ends, table)
     values = ChunkValues(buffer, offset)
     taken = fast.take_all(values)

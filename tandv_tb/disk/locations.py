@@ -21,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
@@ -224,6 +226,8 @@ class RemoteFolder(Location):
         self.url = url
         self.fs, path = filesystem(url)
         self.root = path.rstrip("/")
+        self._sources: dict[str, RemoteBytes] = {}
+        self._lock = threading.Lock()
         self.key = f"{public_url(url).rstrip('/')}@{_endpoint(url)}"
 
     def exists(self) -> bool:
@@ -264,7 +268,16 @@ class RemoteFolder(Location):
         return dict(sorted(found.items()))
 
     def source(self, run: str, name: str) -> RemoteBytes:
-        return RemoteBytes(self, f"{self._folder(run)}/{name}")
+        """The object's bytes; the same reader for the same object (its read-ahead is
+        used by the next read)."""
+        path = f"{self._folder(run)}/{name}"
+        with self._lock:
+            found = self._sources.get(path)
+            if found is None:
+                if len(self._sources) > 256:
+                    self._sources.clear()
+                found = self._sources[path] = RemoteBytes(self, path)
+        return found
 
     def read_ranges(self, run, name, at, sizes, out, out_at) -> None:
         """Nearby ranges are fetched together (fsspec's ``merge_offset_ranges``, gaps up to
@@ -317,20 +330,61 @@ class RemoteFolder(Location):
 
 
 class RemoteBytes:
-    """An object's bytes read by range requests (``cat_file`` with start and end)."""
+    """An object's bytes read by range requests (``cat_file`` with start and end). Reads
+    of ``READ_AHEAD_MIN`` bytes or more fetch the next range of the same size meanwhile
+    (a file is read piece after piece: the next piece's request overlaps the decoding of
+    this one); a fetched range is used only where it came back whole (a file that was
+    shorter then may have grown since)."""
 
     def __init__(self, folder: RemoteFolder, path: str):
         self._folder = folder
         self._path = path
         self.name = folder.fs.unstrip_protocol(path)
+        self._lock = threading.Lock()
+        self._held: tuple[int, bytes] | None = None  # the last range read: (start, bytes)
+        self._ahead: tuple[int, int, Future] | None = None  # (start, size, its fetch)
 
     def read(self, offset: int, size: int) -> bytes:
+        with self._lock:
+            data = self._from_ahead(offset, size)
+            if data is None:
+                data = self._fetch(offset, size)
+            self._held, self._ahead = (offset, data), None
+            if size >= READ_AHEAD_MIN and len(data) == size:
+                start = offset + size
+                self._ahead = (start, size, _PREFETCH.submit(self._fetch, start, size))
+            return data
+
+    def _from_ahead(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes from ``offset`` out of the last range read and the one fetched
+        after it, where they hold them."""
+        if self._held is None or self._ahead is None:
+            return None
+        held_at, held = self._held
+        start, ahead_size, fetch = self._ahead
+        if not held_at <= offset <= start or start != held_at + len(held):
+            return None
+        try:
+            more = fetch.result()
+        except StorageError:
+            return None
+        if len(more) < ahead_size and offset + size > start + len(more):
+            return None  # it came back short: read again (the file may have grown)
+        data = held[offset - held_at :] + more
+        return data[:size] if len(data) >= size else None
+
+    def _fetch(self, offset: int, size: int) -> bytes:
         try:
             return self._folder.fs.cat_file(self._path, start=offset, end=offset + size)
         except Exception as error:
             if _past_the_end(error):
                 return b""
             raise storage_error(self.name, error) from None
+
+
+#: Reads from this size on fetch the next range meanwhile (``RemoteBytes``).
+READ_AHEAD_MIN = 1 << 20
+_PREFETCH = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tandv_tb-read-ahead")
 
 
 def _past_the_end(error: BaseException) -> bool:
@@ -383,9 +437,3 @@ def location(logdir: str | os.PathLike) -> Location:
     if text.startswith("file://"):
         return LocalFolder(urllib.parse.unquote(urllib.parse.urlsplit(text).path) or "/")
     return RemoteFolder(text) if is_url(text) else LocalFolder(text)
-
-
-def walk_files(where: Location) -> Iterator[tuple[str, list[tuple[str, ByteSource]]]]:
-    """``(run, [(name, source), ...])`` of every run of a location, files by name."""
-    for run, files in where.runs().items():
-        yield run, [(name, where.source(run, name)) for name in files]

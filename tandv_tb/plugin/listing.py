@@ -126,8 +126,9 @@ def store_tags(store: NumericsStore, provider) -> TagSource:
         if run is not None:
             return {name: tags_of(name) for name in [run] if store.has_run(name)}
         found, listed = {}, None
+        read = store.runs_read()
         for name in store.runs():
-            if store.has_read(name):
+            if name in read:
                 found[name] = tags_of(name)
                 continue
             if listed is None:

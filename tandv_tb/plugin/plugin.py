@@ -191,7 +191,8 @@ class NumericsPlugin(base_plugin.TBPlugin):
         if json_route == "scalars":
             return [params.text("run")]
         if json_route == "runs" and self._store is not None:  # those listed from the store
-            return [run for run in self._store.runs() if self._store.has_read(run)]
+            read = self._store.runs_read()
+            return [run for run in self._store.runs() if run in read]
         return []
 
     def _findings(self, query: views.Query, runs: list[str]) -> str:

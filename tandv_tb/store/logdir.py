@@ -49,11 +49,12 @@ class RunFiles:
         except OSError:
             return b""
 
-    def chunk(self, name: str, offset: int, table: TagTable, max_bytes: int = CHUNK_BYTES) -> Chunk:
-        """The numerics values of a file from ``offset`` on (``event_reader.read_chunk``;
-        the file may still grow)."""
+    def chunk(self, name: str, offset: int, table: TagTable, max_bytes: int | None = None) -> Chunk:
+        """The numerics values of a file from ``offset`` on, about ``max_bytes`` (default
+        ``CHUNK_BYTES``) of it (``event_reader.read_chunk``; the file may still grow)."""
         source = self._where.source(self.run, name)
-        return read_chunk(source, offset, table, final=False, max_bytes=max_bytes)
+        size = CHUNK_BYTES if max_bytes is None else max_bytes
+        return read_chunk(source, offset, table, final=False, max_bytes=size)
 
     def read_ranges(
         self, name: str, at: np.ndarray, sizes: np.ndarray, out: np.ndarray, out_at: np.ndarray

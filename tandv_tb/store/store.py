@@ -38,8 +38,9 @@ from tandv_tb.store.updates import Updates
 
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
-#: Bytes of a run's first event file read to list its tags before the store reads it.
-FIRST_TAGS_BYTES = 1 << 20
+#: Bytes of a run's first event file read to list its tags before the store reads it (a
+#: tracker's first step of 1,000 tensors, each tag with its metadata, is about 250 KB).
+FIRST_TAGS_BYTES = 256 << 10
 #: ``{tag: (tag_id, its metadata or None where refused, malformed records)}``
 StoredTags = dict[str, tuple[int, TagInfo | None, int]]
 
@@ -107,6 +108,12 @@ class NumericsStore:
             return False
         return run in self._updates.versions or self._reader.has_consumed(run)
 
+    def runs_read(self) -> set[str]:
+        """The runs ``has_read`` says were read, asked once for all (one query)."""
+        known = set(self._updates.versions) | self._reader.consumed_runs()
+        known.discard(self._updates.building)
+        return known | self._updates.read_to_end()
+
     def has_numerics(self) -> bool:
         """Whether the store holds any tag at all (read by an earlier start or refresh)."""
         return self._reader.has_tags()
@@ -131,7 +138,8 @@ class NumericsStore:
 
     def first_tags(self, run: str) -> dict[str, tuple[bytes, int]]:
         """What listing a run's tags needs (as ``tag_listing``), read from the first
-        ``FIRST_TAGS_BYTES`` of its first event file (a tag's metadata is in its first
+        ``FIRST_TAGS_BYTES`` (and at least the first whole event after the file's version)
+        of its first event file (a tag's metadata is in its first
         record): a sweep's runs are listed at once, before the store has read them (the
         steps are those of that first piece). Kept per run; none for a run without files."""
         found = self._first_tags.get(run)
@@ -142,6 +150,8 @@ class NumericsStore:
             if names:
                 table = TagTable()
                 chunk = files.chunk(names[0], 0, table, FIRST_TAGS_BYTES)
+                if not len(chunk) and chunk.end > 0:  # the version only: the next event whole
+                    chunk = files.chunk(names[0], chunk.end, table, FIRST_TAGS_BYTES)
                 last = np.zeros(len(table), dtype=np.int64)
                 np.maximum.at(last, chunk.tags, chunk.steps)
                 found = {

@@ -71,6 +71,10 @@ class Updates:
             raise failure
         return self.versions.get(run, 0)
 
+    def read_to_end(self) -> set[str]:
+        """The runs read to their end in this process."""
+        return set(self._checked)
+
     def was_read(self, run: str) -> bool:
         """Whether the run was read to its end in this process."""
         return run in self._checked

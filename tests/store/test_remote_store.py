@@ -185,3 +185,37 @@ def test_a_url_is_shown_without_its_secrets():
     assert public_url("s3://bucket/runs") == "s3://bucket/runs"
     assert public_url("https://user:pass@host/logs?sig=abc") == "https://host/logs"
     assert public_url("/local/path") == "/local/path"
+
+
+def test_small_pieces_read_ahead_as_from_disk_and_a_grown_object_again(s3, tmp_path, monkeypatch):
+    """Pieces of 3,000 bytes, each fetching the next meanwhile: the same records as from
+    disk; an object that grew after a short read-ahead is read again, not from it."""
+    monkeypatch.setattr(locations, "READ_AHEAD_MIN", 1000)
+    monkeypatch.setattr("tandv_tb.store.logdir.CHUNK_BYTES", 3000)  # the store's pieces
+    used = []
+    real = locations.RemoteBytes._from_ahead
+
+    def from_ahead(source, offset, size):
+        found = real(source, offset, size)
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(locations.RemoteBytes, "_from_ahead", from_ahead)
+    write_run(tmp_path / "local" / "r", range(200))
+    url = s3.bucket("pieces") + "/runs"
+    s3.upload(tmp_path / "local", url)
+    remote = NumericsStore(url, tmp_path / "c1", refresh_secs=0)
+    local = NumericsStore(str(tmp_path / "local"), tmp_path / "c2", refresh_secs=0)
+    try:
+        assert _everything(remote, "r") == _everything(local, "r")
+        assert sum(used) > len(used) // 2  # most pieces came from the read-ahead
+        write_run(tmp_path / "more" / "r", range(200, 210))
+        (first,) = (tmp_path / "local" / "r").iterdir()
+        (more,) = (tmp_path / "more" / "r").iterdir()
+        with open(first, "ab") as grown:
+            grown.write(more.read_bytes()[len(_version_record(more)) :])
+        s3.upload(tmp_path / "local", url)
+        assert stored_steps(remote, "r") == stored_steps(local, "r") == list(range(210))
+    finally:
+        remote.close()
+        local.close()
