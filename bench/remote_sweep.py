@@ -24,7 +24,10 @@ default loader, which is the Python one for ``s3://``):
   TensorBoard processes (tensorboard and its data server) while the store builds, sampled
   every 0.2 s for ``--watch`` seconds;
 - the same from moto's S3 server (``tests/helpers/s3_server.py``), the files uploaded
-  there, ``--logdir s3://...``; ratios S3 / local.
+  there, ``--logdir s3://...``; ratios S3 / local. TensorBoard reads ``s3://`` with its
+  Python loader only (in its own process, beside the plugin), so the local logdir is also
+  measured with ``--load_fast=false`` (``local_python``): S3 / local_python is the cost of
+  the storage alone.
 
 Usage: ``python bench/remote_sweep.py [--workdir DIR] [--skip-s3] [--only per_tensor,...]``.
 """
@@ -175,8 +178,10 @@ def _full(tensors: int, steps: int):
     return lambda body: len(body["layers"]) == tensors and body["total_steps"] == steps
 
 
-def time_handwritten(logdir: str, tensors: int, steps: int, env: dict, cache: Path) -> dict:
-    server = Server(logdir, (f"--tandv_cache_dir={cache}",), env)
+def time_handwritten(
+    logdir: str, tensors: int, steps: int, env: dict, cache: Path, flags: tuple = ()
+) -> dict:
+    server = Server(logdir, (f"--tandv_cache_dir={cache}", *flags), env)
     try:
         seconds = server.until(_heatmap("run_000"), _full(tensors, steps))
         return {"first_full_heatmap_s": round(seconds, 2), "rss_mb": server.total_rss_mb()}
@@ -185,9 +190,16 @@ def time_handwritten(logdir: str, tensors: int, steps: int, env: dict, cache: Pa
 
 
 def time_sweep(
-    logdir: str, runs: int, tensors: int, steps: int, env: dict, cache: Path, watch: float
+    logdir: str,
+    runs: int,
+    tensors: int,
+    steps: int,
+    env: dict,
+    cache: Path,
+    watch: float,
+    flags: tuple = (),
 ) -> dict:
-    server = Server(logdir, (f"--tandv_cache_dir={cache}",), env)
+    server = Server(logdir, (f"--tandv_cache_dir={cache}", *flags), env)
     peak = Peak(server)
     try:
         listed = server.until(f"{P}runs", lambda body: len(body["runs"]) == runs)
@@ -220,11 +232,13 @@ def main() -> None:
     workdir = Path(args.workdir)
     logdirs = write_logdirs(workdir, args)
     print(f"load: {os.getloadavg()}", flush=True)
-    places = [("local", None)] if args.skip_s3 else [("local", None), ("s3", "s3")]
+    places = [("local", ()), ("local_python", ("--load_fast=false",))]
+    if not args.skip_s3:
+        places.append(("s3", ()))
     server = None
     results: dict[str, dict] = {}
     try:
-        for place, _ in places:
+        for place, flags in places:
             env: dict = {}
             if place == "s3":
                 from tests.helpers.s3_server import S3Server
@@ -241,9 +255,9 @@ def main() -> None:
                     print(f"uploaded {name} in {time.perf_counter() - started:.0f} s", flush=True)
                 cache = Path(tempfile.mkdtemp())
                 if name == "sweep":
-                    found = time_sweep(where, runs, tensors, steps, env, cache, args.watch)
+                    found = time_sweep(where, runs, tensors, steps, env, cache, args.watch, flags)
                 else:
-                    found = time_handwritten(where, tensors, steps, env, cache)
+                    found = time_handwritten(where, tensors, steps, env, cache, flags)
                 found["load"] = round(os.getloadavg()[0], 1)
                 results[f"{place}/{name}"] = found
                 print(f"{place}/{name}: {json.dumps(found)}", flush=True)
@@ -251,14 +265,15 @@ def main() -> None:
         if server is not None:
             server.close()
     for name in logdirs:
-        local, remote = results.get(f"local/{name}"), results.get(f"s3/{name}")
-        if local and remote:
-            ratios = {
-                key: round(remote[key] / local[key], 2)
-                for key in local
-                if key.endswith("_s") and local[key]
-            }
-            print(f"s3/local {name}: {json.dumps(ratios)}")
+        for base in ("local", "local_python"):
+            local, remote = results.get(f"{base}/{name}"), results.get(f"s3/{name}")
+            if local and remote:
+                ratios = {
+                    key: round(remote[key] / local[key], 2)
+                    for key in local
+                    if key.endswith("_s") and local[key]
+                }
+                print(f"s3/{base} {name}: {json.dumps(ratios)}")
     if "local/per_tensor" in results and "local/per_step" in results:
         ratio = (
             results["local/per_tensor"]["first_full_heatmap_s"]

@@ -334,7 +334,8 @@ class RemoteBytes:
     of ``READ_AHEAD_MIN`` bytes or more fetch the next range of the same size meanwhile
     (a file is read piece after piece: the next piece's request overlaps the decoding of
     this one); a fetched range is used only where it came back whole (a file that was
-    shorter then may have grown since)."""
+    shorter then may have grown since). Only a read that did not reach the end keeps its
+    bytes and the next range (two pieces) for the read after it."""
 
     def __init__(self, folder: RemoteFolder, path: str):
         self._folder = folder
@@ -349,9 +350,10 @@ class RemoteBytes:
             data = self._from_ahead(offset, size)
             if data is None:
                 data = self._fetch(offset, size)
-            self._held, self._ahead = (offset, data), None
-            if size >= READ_AHEAD_MIN and len(data) == size:
+            self._held, self._ahead = None, None  # nothing held past a read but the last
+            if size >= READ_AHEAD_MIN and len(data) == size:  # not at the end: go on
                 start = offset + size
+                self._held = (offset, data)
                 self._ahead = (start, size, _PREFETCH.submit(self._fetch, start, size))
             return data
 

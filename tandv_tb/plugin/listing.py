@@ -1,14 +1,14 @@
 """The numerics runs and tags of the logdir (metadata only), by tensor type and layer.
 
-Under a local ``--logdir`` runs and tags are listed from the plugin's own store
-(``tandv_tb.store``), as of each run's last refresh: it finds the runs itself and knows
-each tag's metadata, so the tab lists a run as soon as the store has read it, without
-waiting for TensorBoard's data server to read every event file (seconds at a restart of a
-large logdir); a run the store has never read (a first start) is listed as TensorBoard
-lists it until a route reads it, so that listing never waits for a large run to be built.
-Where the store cannot know (no local logdir: ``--logdir_spec``, a remote URL) they are
-listed through TensorBoard's data provider (both loaders). Either way a listing is trusted
-for ``LISTING_TTL``.
+Runs and tags are listed from the plugin's own store (``tandv_tb.store``; any logdir
+TensorBoard reads: a local folder, an fsspec URL, ``--logdir_spec``), as of each run's last
+refresh: it finds the runs itself and knows each tag's metadata, so the tab lists a run as
+soon as the store has read it, without waiting for TensorBoard's data server to read every
+event file (seconds at a restart of a large logdir); a run the store has never read (a
+first start) is listed as TensorBoard lists it, or from the first bytes of its first event
+file where TensorBoard has not read it yet either (a sweep of many runs is listed at once),
+until a route reads it, so that listing never waits for a large run to be built. A listing
+is trusted for ``LISTING_TTL``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 naming the library and its version, when an upgrade changes what tandv_tb relies on.
 
 Why each one stays (and what it buys) is written where it is used:
-``tandv_tb.writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.torch.hooks``
+``tandv_tb.writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.store.logdir``
+(``data_ingester._parse_event_files_spec``), ``tandv_tb.torch.hooks``
 (``torch._C._current_graph_task_id``), ``tandv_tb.jax.compiled`` (``_jit_info`` of
 ``jax.jit``, the attributes of ``nnx.jit``'s wrappers) and ``tandv_tb.stats._xla_cpu``
 (XLA FFI structures read at fixed offsets).
@@ -22,6 +23,20 @@ from torch.utils.tensorboard import SummaryWriter
 
 def _changed(library: str, version: str, what: str) -> str:
     return f"{library} {version} changed {what}: see the comment where tandv_tb uses it"
+
+
+# ---------------------------------------------------------------- --logdir_spec
+
+
+def test_tensorboard_splits_a_logdir_spec_by_its_own_function():
+    from tensorboard import version
+    from tensorboard.backend.event_processing import data_ingester
+
+    message = _changed("tensorboard", version.VERSION, "data_ingester._parse_event_files_spec")
+    parse = getattr(data_ingester, "_parse_event_files_spec", None)
+    assert callable(parse), message
+    found = parse("a:/x/one,b:s3://bucket/runs,/y/two")
+    assert found == {"/x/one": "a", "s3://bucket/runs": "b", "/y/two": None}, message
 
 
 # ---------------------------------------------------------------- SummaryWriter
