@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -182,6 +183,23 @@ class _Failure:
         return self.dropped
 
 
+def _close_before_executors_stop(writer: NumericsWriter) -> None:
+    """Close ``writer`` at interpreter exit before ``concurrent.futures`` stops taking work:
+    fsspec's filesystems (aiohttp) resolve names on an executor, so the last object of a
+    writer closed by ``atexit`` (later) could not be written. A weak reference: a writer
+    closed and dropped before is not kept alive."""
+    # Private, pinned by tests/project/test_private_api_pins.py: Python's own hook for
+    # what must run before executors shut down (concurrent.futures registers there too).
+    ref = weakref.ref(writer)
+
+    def close() -> None:
+        found = ref()
+        if found is not None:
+            found.close()
+
+    threading._register_atexit(close)
+
+
 def _event_sink(logdir: str) -> EventFile | EventObjects:
     """Where a writer of its own puts its events: a local folder (a path or ``file://``)
     appends to one event file, any other URL writes a new object per flush."""
@@ -243,6 +261,8 @@ class NumericsWriter:
         self._timer = _PeriodicFlush(self.flush, FLUSH_SECS)
         self._where = self.logdir
         atexit.register(self.close)
+        if isinstance(self._events, EventObjects):
+            _close_before_executors_stop(self)
 
     @property
     def logdir(self) -> str:

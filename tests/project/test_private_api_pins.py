@@ -39,6 +39,24 @@ def test_tensorboard_splits_a_logdir_spec_by_its_own_function():
     assert found == {"/x/one": "a", "s3://bucket/runs": "b", "/y/two": None}, message
 
 
+# ---------------------------------------------------------------- threading
+
+
+def test_python_runs_threading_exit_hooks_before_executors_stop():
+    """``writer._close_before_executors_stop``: a hook registered there still submits to an
+    executor at interpreter exit (what a last object written through fsspec needs)."""
+    import sys
+
+    code = (
+        "import threading, concurrent.futures\n"
+        "pool = concurrent.futures.ThreadPoolExecutor(1)\n"
+        "threading._register_atexit(lambda: print(pool.submit(lambda: 'ran').result()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    message = _changed("Python", sys.version, "threading._register_atexit")
+    assert out.stdout.strip() == "ran", message
+
+
 # ---------------------------------------------------------------- SummaryWriter
 
 

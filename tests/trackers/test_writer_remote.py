@@ -131,3 +131,20 @@ def _events(data: bytes):
         length = int.from_bytes(data[offset : offset + 8], "little")
         yield event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
         offset += 16 + length
+
+
+def test_a_process_that_exits_without_closing_writes_its_last_object(s3):
+    url = s3.bucket("exited") + "/runs/a"
+    code = (
+        "import sys, numpy as np\n"
+        "from tandv_tb.writer import NumericsWriter\n"
+        "writer = NumericsWriter(sys.argv[1])\n"
+        "for step in range(3):\n"
+        "    writer.add_numerics('x', np.ones(8, np.float32), step)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, url], capture_output=True, text=True, env=os.environ
+    )
+    assert done.returncode == 0 and "Warning" not in done.stderr, done.stderr
+    frame = read_frame("s3://exited/runs")
+    assert sorted(frame[("metadata", "step")]) == [0, 1, 2]
