@@ -19,7 +19,8 @@ default loader, which is the Python one for ``s3://``):
 
 - hand-written: seconds from start until the ``heatmap`` route answers the full matrix
   (every tensor, every step) for ``per_tensor`` and ``per_step``;
-- sweep: seconds until ``runs`` lists every run; until the full ``heatmap`` of one chosen
+- sweep: seconds until TensorBoard answers the plugin's ``formats`` route (its own start,
+  no logdir read); until ``runs`` lists every run; until the full ``heatmap`` of one chosen
   run (the middle one, asked for right after the listing); the peak resident memory of all
   TensorBoard processes (tensorboard and its data server) while the store builds, sampled
   every 0.2 s for ``--watch`` seconds;
@@ -29,7 +30,9 @@ default loader, which is the Python one for ``s3://``):
   measured with ``--load_fast=false`` (``local_python``): S3 / local_python is the cost of
   the storage alone.
 
-Usage: ``python bench/remote_sweep.py [--workdir DIR] [--skip-s3] [--only per_tensor,...]``.
+Usage: ``python bench/remote_sweep.py [--workdir DIR] [--rounds 3] [--skip-s3]
+[--only per_tensor,...]``: rounds interleave the places (local, local_python, s3) logdir by
+logdir; medians and their ratios are printed at the end.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -202,11 +206,13 @@ def time_sweep(
     server = Server(logdir, (f"--tandv_cache_dir={cache}", *flags), env)
     peak = Peak(server)
     try:
+        ready = server.until(f"{P}formats", lambda body: True)  # TensorBoard serves the tab
         listed = server.until(f"{P}runs", lambda body: len(body["runs"]) == runs)
         chosen = f"run_{runs // 2:03d}"
         heatmap = server.until(_heatmap(chosen), _full(tensors, steps))
         time.sleep(max(0.0, watch - (time.time() - server.started)))
         return {
+            "tensorboard_ready_s": round(ready, 2),
             "runs_listed_s": round(listed, 2),
             "chosen_heatmap_s": round(heatmap, 2),
             "peak_rss_mb": round(peak.stop(), 1),
@@ -226,47 +232,53 @@ def main() -> None:
     parser.add_argument("--sweep-steps", type=int, default=500)
     parser.add_argument("--watch", type=float, default=60, help="seconds of memory sampling")
     parser.add_argument("--only", default="per_tensor,per_step,sweep")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds (medians)")
     parser.add_argument("--skip-s3", action="store_true")
     args = parser.parse_args()
     args.only = set(args.only.split(","))
     workdir = Path(args.workdir)
     logdirs = write_logdirs(workdir, args)
     print(f"load: {os.getloadavg()}", flush=True)
-    places = [("local", ()), ("local_python", ("--load_fast=false",))]
-    if not args.skip_s3:
-        places.append(("s3", ()))
+    places = {"local": ((), {}), "local_python": (("--load_fast=false",), {})}
     server = None
-    results: dict[str, dict] = {}
+    results: dict[str, list[dict]] = {}
     try:
-        for place, flags in places:
-            env: dict = {}
-            if place == "s3":
-                from tests.helpers.s3_server import S3Server
+        if not args.skip_s3:
+            from tests.helpers.s3_server import S3Server
 
-                server = S3Server(Path(tempfile.mkdtemp()))
-                env = server.env()
-                server.bucket("bench")
+            server = S3Server(Path(tempfile.mkdtemp()))
+            server.bucket("bench")
+            for name, (logdir, *_) in logdirs.items():
+                started = time.perf_counter()
+                server.upload(logdir, f"s3://bench/{name}")
+                print(f"uploaded {name} in {time.perf_counter() - started:.0f} s", flush=True)
+            places["s3"] = ((), server.env())
+        for _ in range(args.rounds):
             for name, (logdir, runs, tensors, steps) in logdirs.items():
-                where = str(logdir)
-                if place == "s3":
-                    where = f"s3://bench/{name}"
-                    started = time.perf_counter()
-                    server.upload(logdir, where)
-                    print(f"uploaded {name} in {time.perf_counter() - started:.0f} s", flush=True)
-                cache = Path(tempfile.mkdtemp())
-                if name == "sweep":
-                    found = time_sweep(where, runs, tensors, steps, env, cache, args.watch, flags)
-                else:
-                    found = time_handwritten(where, tensors, steps, env, cache, flags)
-                found["load"] = round(os.getloadavg()[0], 1)
-                results[f"{place}/{name}"] = found
-                print(f"{place}/{name}: {json.dumps(found)}", flush=True)
+                for place, (flags, env) in places.items():
+                    where = f"s3://bench/{name}" if place == "s3" else str(logdir)
+                    cache = Path(tempfile.mkdtemp())
+                    if name == "sweep":
+                        found = time_sweep(
+                            where, runs, tensors, steps, env, cache, args.watch, flags
+                        )
+                    else:
+                        found = time_handwritten(where, tensors, steps, env, cache, flags)
+                    found["load"] = round(os.getloadavg()[0], 1)
+                    results.setdefault(f"{place}/{name}", []).append(found)
+                    print(f"{place}/{name}: {json.dumps(found)}", flush=True)
     finally:
         if server is not None:
             server.close()
+    medians = {
+        key: {k: round(statistics.median(r[k] for r in rounds), 2) for k in rounds[0]}
+        for key, rounds in results.items()
+    }
+    for key, found in medians.items():
+        print(f"median {key}: {json.dumps(found)}")
     for name in logdirs:
         for base in ("local", "local_python"):
-            local, remote = results.get(f"{base}/{name}"), results.get(f"s3/{name}")
+            local, remote = medians.get(f"{base}/{name}"), medians.get(f"s3/{name}")
             if local and remote:
                 ratios = {
                     key: round(remote[key] / local[key], 2)
@@ -274,10 +286,10 @@ def main() -> None:
                     if key.endswith("_s") and local[key]
                 }
                 print(f"s3/{base} {name}: {json.dumps(ratios)}")
-    if "local/per_tensor" in results and "local/per_step" in results:
+    if "local/per_tensor" in medians and "local/per_step" in medians:
         ratio = (
-            results["local/per_tensor"]["first_full_heatmap_s"]
-            / results["local/per_step"]["first_full_heatmap_s"]
+            medians["local/per_tensor"]["first_full_heatmap_s"]
+            / medians["local/per_step"]["first_full_heatmap_s"]
         )
         print(f"per_tensor/per_step first full heatmap: {ratio:.2f}")
 
