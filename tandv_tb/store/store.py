@@ -74,8 +74,16 @@ class NumericsStore:
         self._database.close()
 
     def build_in_background(self) -> None:
-        """Start reading every run (``updates.Updates.build_in_background``)."""
-        self._updates.build_in_background()
+        """Start reading every run (``updates.Updates.build_in_background``), after the
+        ``first_tags`` of those never read (so that the tab's first listing finds them)."""
+
+        def first_tags(runs: list[str]) -> None:
+            read = self.runs_read()
+            for run in runs:
+                if run not in read and not self._updates.closing():
+                    self.first_tags(run)
+
+        self._updates.build_in_background(first_tags)
 
     # -- runs and keeping up with their files -------------------------------------------------
     def refresh(self, run: str) -> int:

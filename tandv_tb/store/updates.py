@@ -79,15 +79,20 @@ class Updates:
         """Whether the run was read to its end in this process."""
         return run in self._checked
 
-    def build_in_background(self) -> None:
+    def build_in_background(self, first: Callable[[list[str]], None] | None = None) -> None:
         """Read every run's event files now, in a daemon thread, as TensorBoard's own data
         server does at its start: a first start finds the store built (or building) when
         the tab first asks, instead of beginning then. A request for a run goes before it:
-        the build yields the write lock after its current transaction."""
+        the build yields the write lock after its current transaction. ``first`` is given
+        the runs before any is read (to list them at once)."""
         self._builder = threading.Thread(
-            target=self._build_every_run, name="tandv_tb store build", daemon=True
+            target=self._build_every_run, args=(first,), name="tandv_tb store build", daemon=True
         )
         self._builder.start()
+
+    def closing(self) -> bool:
+        """Whether the store is being closed (a background build stops)."""
+        return self._closing.is_set()
 
     def builder_alive(self) -> bool:
         return self._builder is not None and self._builder.is_alive()
@@ -98,9 +103,11 @@ class Updates:
         if self._builder is not None:
             self._builder.join()
 
-    def _build_every_run(self) -> None:
+    def _build_every_run(self, first: Callable[[list[str]], None] | None) -> None:
         try:
             runs = self._logdir.runs()
+            if first is not None:
+                first(runs)
         except OSError as error:  # the logdir went away: runs are read when asked for
             root = self._logdir.root
             logger.warning("tandv_tb: could not list the runs under %s: %s", root, error)
