@@ -86,6 +86,7 @@ class NumericsPlugin(base_plugin.TBPlugin):
         self._provider = context.data_provider
         self._store: NumericsStore | None = None
         self._unavailable: StorageError | None = None  # why there is no store, if it failed
+        self._last_storage_error = ""  # the last one written to TensorBoard's log
         logdir = _logdir(context)
         if self._provider and logdir is not None:
             try:
@@ -139,6 +140,9 @@ class NumericsPlugin(base_plugin.TBPlugin):
             except tb_errors.PublicError as error:  # 400 and 404 (InvalidArgument, NotFound)
                 return error_response(request, public_details(error), error.http_code)
             except StorageError as error:  # the logdir's storage: its message, never a 500
+                if str(error) != self._last_storage_error:  # once in TensorBoard's log
+                    self._last_storage_error = str(error)
+                    logger.warning("tandv_tb: %s", error)
                 code = STORAGE_STATUS.get(error.kind, 503)
                 return error_response(request, str(error), code, storage=error.kind)
             except Exception:

@@ -73,6 +73,7 @@ class Logdir:
         keys = [where.key if name is None else f"{name}={where.key}" for name, where in roots]
         self.key = keys[0] if len(roots) == 1 and roots[0][0] is None else "spec:" + ",".join(keys)
         self.root = ",".join(where.url for _, where in roots)  # for messages
+        self.local = all(isinstance(where, LocalFolder) for _, where in roots)
 
     @classmethod
     def of(cls, logdir: str | os.PathLike) -> Logdir:

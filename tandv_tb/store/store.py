@@ -16,8 +16,10 @@ of the run's last refresh, and its ``version`` keys what is cached of it.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -36,8 +38,12 @@ from tandv_tb.store.run_ids import RunIds
 from tandv_tb.store.series import Bins, LayerGrid, LayerSeries, Needs, ScalarSeries
 from tandv_tb.store.updates import Updates
 
+logger = logging.getLogger(__name__)
+
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
+#: Runs whose first tags are asked of remote storage at once.
+FIRST_TAGS_REQUESTS = 8
 #: Bytes of a run's first event file read to list its tags before the store reads it (a
 #: tracker's first step of 1,000 tensors, each tag with its metadata, is about 250 KB).
 FIRST_TAGS_BYTES = 256 << 10
@@ -77,11 +83,23 @@ class NumericsStore:
         """Start reading every run (``updates.Updates.build_in_background``), after the
         ``first_tags`` of those never read (so that the tab's first listing finds them)."""
 
+        def first_tags_of(run: str) -> None:
+            if self._updates.closing():
+                return
+            try:
+                self.first_tags(run)
+            except OSError as error:  # listed when asked for, or its failure said then
+                logger.warning("tandv_tb: could not list the tags of run %r: %s", run, error)
+
         def first_tags(runs: list[str]) -> None:
             read = self.runs_read()
-            for run in runs:
-                if run not in read and not self._updates.closing():
-                    self.first_tags(run)
+            unread = [run for run in runs if run not in read]
+            if self._logdir.local:
+                for run in unread:
+                    first_tags_of(run)
+                return
+            with ThreadPoolExecutor(FIRST_TAGS_REQUESTS) as requests:  # a request each
+                list(requests.map(first_tags_of, unread))
 
         self._updates.build_in_background(first_tags)
 

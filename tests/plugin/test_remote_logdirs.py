@@ -186,6 +186,8 @@ def test_an_unreachable_endpoint_is_a_clear_error(tmp_path):
         status, body = tensorboard.wait(lambda: _storage_error(tensorboard), "an answer")
         assert status == 503 and body["storage"] == "unreachable"
         assert body["error"].startswith("cannot read s3://away/logs: the storage cannot be reached")
+        tensorboard.log.seek(0)
+        assert f"tandv_tb: {body['error']}" in tensorboard.log.read()  # on its command line
     finally:
         tensorboard.close()
 
