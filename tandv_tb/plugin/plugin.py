@@ -118,10 +118,15 @@ class NumericsPlugin(base_plugin.TBPlugin):
     def is_active(self) -> bool:
         """Whether any run holds numerics (TensorBoard asks only when its own plugin listing
         did not already show ``tandv`` data), without reading event files where it can:
-        the store already holds tags (a restart), or TensorBoard lists numerics tags."""
+        the store already holds tags (a restart), or TensorBoard lists numerics tags. Where
+        the logdir's storage failed, the tab is active too: it says why."""
         if self._provider is None:
             return False
-        if self._store is not None and self._store.has_numerics():
+        if self._unavailable is not None:
+            return True
+        if self._store is not None and (
+            self._store.has_numerics() or self._store.storage_failure is not None
+        ):
             return True
         listing = provider_tags(self._provider)(tb_context.RequestContext(), "", None)
         return any(listing.values())

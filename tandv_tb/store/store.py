@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from tandv_tb.disk.locations import StorageError
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
 from tandv_tb.disk.record import NumericsRecord
@@ -139,6 +140,11 @@ class NumericsStore:
         known = set(self._updates.versions) | self._reader.consumed_runs()
         known.discard(self._updates.building)
         return known | self._updates.read_to_end()
+
+    @property
+    def storage_failure(self) -> StorageError | None:
+        """Why the background build could not list the logdir's storage, if it could not."""
+        return self._updates.listing_failure
 
     def has_numerics(self) -> bool:
         """Whether the store holds any tag at all (read by an earlier start or refresh)."""

@@ -46,6 +46,7 @@ class Updates:
         self.tables: dict[str, TagTable] = {}  # run -> its tags as read
         self.versions: dict[str, int] = {}
         self.failures: dict[str, StorageError] = {}  # run -> why its last read failed
+        self.listing_failure: StorageError | None = None  # why the build could not list
 
     def refresh(self, run: str) -> int:
         """Read what is new in the run's files (unless that was done less than
@@ -109,6 +110,8 @@ class Updates:
             if first is not None:
                 first(runs)
         except OSError as error:  # the logdir went away: runs are read when asked for
+            if isinstance(error, StorageError):
+                self.listing_failure = error
             root = self._logdir.root
             logger.warning("tandv_tb: could not list the runs under %s: %s", root, error)
             return

@@ -22,7 +22,10 @@ def test_unreachable_storage_is_said_in_the_tab(browser, tmp_path):
     with environment({**keys, "AWS_ENDPOINT_URL": dead, "S3_ENDPOINT": dead}):
         server = TensorBoardProcess("s3://away/logs", "auto", log_folder=tmp_path)
     try:
-        server.wait(lambda: server.get(ROUTES + "formats")[0] == 200, "the plugin to answer")
+        server.wait(
+            lambda: server.json("/data/plugins_listing")["tandv"]["enabled"],
+            "the tab to be active (to say why there is nothing)",
+        )
         url = f"http://127.0.0.1:{server.port}"
         with open_tab(browser, url, ready='#tandv-numerics[data-state="error"]') as tab:
             root = tab.frame.locator("#tandv-numerics")
