@@ -7,9 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.s3_server import environment, unreachable_endpoint
 from tests.helpers.s3_server import s3 as s3  # noqa: F401 (the fixture)
 from tests.helpers.store_runs import write_run
+
+pytestmark = pytest.mark.slow  # new processes, each importing the store
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
