@@ -1,8 +1,9 @@
 /** The toolbar: the run picker and what the heatmap shows (type, layers, metric, reduction). */
 
-import { multiCheck, selectControl, textInput } from "./controls";
+import { selectControl, textInput } from "./controls";
 import { h, keepFocus, replaceChildren } from "./dom";
 import { tensorTypes } from "./rules";
+import { runPicker } from "./run_picker";
 import type { State } from "./state";
 import type { Store } from "./store";
 
@@ -18,6 +19,7 @@ export class Toolbar {
       [
         "catalog",
         "runs",
+        "runRegex",
         "compare",
         "tensorType",
         "layerRegex",
@@ -37,13 +39,13 @@ export class Toolbar {
     const metric = catalog.metrics.find((m) => m.metric === s.metric);
     const formatOptions = catalog.formats.map((f) => ({ value: f.format, label: f.format }));
     replaceChildren(this.root, [
-      multiCheck(
-        "Runs",
-        "runs",
-        catalog.runs.map((run) => ({ value: run.run, label: run.run })),
+      runPicker(
+        catalog.runs.map((run) => run.run),
+        s.runRegex,
         s.runs,
-        (runs) => update({ runs }),
         catalog.colours,
+        (runRegex) => update({ runRegex }),
+        (runs) => update({ runs }),
       ),
       s.runs.length > 1
         ? selectControl(
