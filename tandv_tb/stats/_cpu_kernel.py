@@ -33,7 +33,7 @@ import numpy as np
 
 from tandv_tb import block_formats
 from tandv_tb import formats as fmt
-from tandv_tb.stats import _cpu_blocks
+from tandv_tb.stats import _block_scales, _cpu_blocks
 from tandv_tb.stats._bit_ops import (
     _same_width_add,
     _same_width_and,
@@ -330,17 +330,11 @@ def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table):
     running = np.zeros(9)
     running[0] = _NO_SCALE
     extremes = np.array((0, inf_bits, inf_bits), dtype=np.int64)  # largest, smallest, nonzero
-    widest = _cpu_blocks.SCALES + (table[:, 7].max() if table.shape[0] else 0)
-    rows = np.zeros((table.shape[0], widest), np.int64)
+    scale_exponents = table[:, 7].max() if table.shape[0] else 0
+    rows = np.zeros((table.shape[0], _block_scales.SCALES + scale_exponents), np.int64)
     block_sums = np.zeros(table.shape[0])
-    size = _BLOCK if table.shape[0] else 0
-    buffers = (np.empty(size), np.empty(size), np.empty(size), np.empty(size))
-    narrow = (  # per block, then per value (``_cpu_blocks.add_chunk_float32``)
-        np.empty(size, np.int64), np.empty(size, np.float32), np.empty(size, np.float32),
-        np.empty(size), np.empty(size, np.int64), np.empty(size, np.float32),
-        np.empty(size, np.float32), np.empty(size),
-    )  # fmt: skip
-    blocks = (rows, block_sums, buffers, narrow)
+    scratch = _cpu_blocks.new_scratch(_BLOCK if table.shape[0] else 0, scale_exponents)
+    blocks = (rows, block_sums, scratch)
     return keys, totals, counts, casts, running, extremes, blocks
 
 
@@ -379,19 +373,12 @@ def _add_block(
         _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, nans + pos_inf + neg_inf, casts)
     table, offset, row_length, tensor_scale, exponent = scaling
     if table.shape[0]:
-        rows, block_sums, buffers, narrow = blocks
-        if mant_bits == 23:
-            _cpu_blocks.add_chunk_float32(
-                values, bits, subnormals, finite == len(values), offset, row_length, table,
-                tensor_scale, exponent, rows, block_sums, narrow,
-            )  # fmt: skip
-        else:
-            magnitudes = buffers[0][: len(values)]
-            _cpu_blocks.magnitudes(values, bits, sign_mask, inf_bits, mant_bits, magnitudes)
-            _cpu_blocks.add_chunk(
-                magnitudes, offset, row_length, table, tensor_scale, True, exponent,
-                rows, block_sums, buffers[1:],
-            )  # fmt: skip
+        rows, block_sums, scratch = blocks
+        non_finite = nans + pos_inf + neg_inf
+        _cpu_blocks.add_chunk(
+            values, bits, sign_mask, inf_bits, subnormals, zeros + non_finite, non_finite == 0,
+            offset, row_length, table, tensor_scale, exponent, rows, block_sums, scratch,
+        )  # fmt: skip
     if finite:
         _add_block_moments(
             values, bits, subnormals, sign_mask, block_extremes[0], finite, mant_bits, bias, running
@@ -422,17 +409,17 @@ def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, table, exponent, sums
     # each one's zero and clamped blocks and blocks per scale exponent.
     rows, block_sums = blocks[0], blocks[1]
     n_blocks = table.shape[0]
-    widths = _cpu_blocks.SCALES - _cpu_blocks.ZERO_BLOCKS + table[:, 7]
+    widths = _block_scales.SCALES - _block_scales.ZERO_BLOCKS + table[:, 7]
     out = np.empty(len(counts) + 2 * n_blocks + widths.sum(), np.int64)
     out[: len(counts)] = counts
     at = len(counts)
     for f in range(n_blocks):
-        out[at + 2 * f] = rows[f, _cpu_blocks.UNDER]
-        out[at + 2 * f + 1] = rows[f, _cpu_blocks.OVER]
+        out[at + 2 * f] = rows[f, _block_scales.UNDER]
+        out[at + 2 * f + 1] = rows[f, _block_scales.OVER]
     at += 2 * n_blocks
     for f in range(n_blocks):
         out[at : at + widths[f]] = rows[
-            f, _cpu_blocks.ZERO_BLOCKS : _cpu_blocks.SCALES + table[f, 7]
+            f, _block_scales.ZERO_BLOCKS : _block_scales.SCALES + table[f, 7]
         ]
         at += widths[f]
         moments[10 + 3 * f] = exponent
@@ -474,8 +461,8 @@ def _scaling(table, offset, row_length, amax):
         table,
         offset,
         row_length,
-        _cpu_blocks.tensor_scale(amax),
-        _cpu_blocks.sums_exponent(amax),
+        _block_scales.tensor_scale(amax),
+        _block_scales.sums_exponent(amax),
     )
 
 
