@@ -119,12 +119,23 @@ def nvfp4_in_lanes(tensor_scale):
     return tensor_scale >= _NVFP4_LANES_TENSOR_SCALE
 
 
-@numba.njit(nogil=True)
-def sums_exponent(amax):
-    """The exponent of the sums' units for a tensor whose largest finite magnitude is
-    ``amax``: floor(log2(amax)) within -1022 .. 1022, so that its power of two and the
-    reciprocal are normal (0 for no such value)."""
-    return min(max(exponent_of(amax), -1022), 1022) if amax > 0 else 0
+@numba.njit(nogil=True, inline="always")
+def mx_scale_of_pattern(pattern, carry, bias):
+    """(raw X, X clipped to the scale's range) of an MX block whose largest finite |x| is
+    the float32 of bit pattern ``pattern``: its exponent field less ``bias`` (127 + emax),
+    plus one where adding ``carry`` (``mx_carry``) carries out of the mantissa field. A
+    subnormal maximum clamps low, as its true exponent would."""
+    raw = _same_width_sub(_same_width_add(pattern, carry) >> 23, bias)
+    return raw, _same_width_min(_same_width_max(raw, np.int32(MX_SCALE_MIN)), np.int32(MX_SCALE_MAX))
+
+
+@numba.njit(nogil=True, inline="always")
+def mx_carry(rule, mant_bits, max_mantissa):
+    """What ``mx_scale_of_pattern`` adds to a pattern: with ``RCEIL``, the amount that
+    carries out of the mantissa field exactly when amax's significand exceeds the
+    element's largest (then the scale is one up); none for the OCP rule."""
+    largest_field = (max_mantissa << (23 - mant_bits)) & 0x7FFFFF
+    return np.int32(0x7FFFFF - largest_field if rule == RCEIL else 0)
 
 
 @numba.njit(nogil=True)
@@ -148,33 +159,21 @@ def _add_tables(tables, width, row):
 
 
 @numba.njit(nogil=True, error_model="numpy")
-def mx_scales(patterns, nb, format_row, exponent, row, exponents, inverses, units, tables):
-    """The MX scales of ``nb`` blocks whose largest finite |x| are the float32 bit patterns
-    ``patterns`` (0: no finite non-zero value), counted in ``row``: ``exponents[k]`` is X,
-    ``inverses[k]`` 2**-X and ``units[k]`` 2**(X - exponent) (float32; 0 below float32's
-    normal range), ``exponent`` being the sums' (``sums_exponent``). In int32 lanes: X is
-    amax's exponent field less the bias and ``emax``, plus one (``RCEIL``) where a carry
-    out of the mantissa field says its significand exceeds the element's largest. A
-    subnormal maximum clamps low, as its true exponent would."""
+def mx_scales(patterns, nb, format_row, row, exponents, tables):
+    """The MX scale exponents X of ``nb`` blocks whose largest finite |x| are the float32
+    bit patterns ``patterns`` (0: no finite non-zero value), counted in ``row``, in int32
+    lanes (``mx_scale_of_pattern``)."""
     rule, _, emax, _, mant_bits, max_mantissa, scale_lo, width = format_row
-    largest_field = (max_mantissa << (23 - mant_bits)) & 0x7FFFFF
-    carry = np.int32(0x7FFFFF - largest_field if rule == RCEIL else 0)
-    bias = np.int32(127 + emax)
-    lowest, highest = np.int32(MX_SCALE_MIN), np.int32(MX_SCALE_MAX)
-    unit_bias = np.int32(127 - exponent)
+    carry, bias = mx_carry(rule, mant_bits, max_mantissa), np.int32(127 + emax)
     zero = low = high = np.int32(0)
     for k in range(nb):
         pattern = patterns[k]
-        raw = _same_width_sub(_same_width_add(pattern, carry) >> 23, bias)
-        scale = _same_width_min(_same_width_max(raw, lowest), highest)
+        raw, scale = mx_scale_of_pattern(pattern, carry, bias)
         live = np.int32(pattern != 0)
         zero = _same_width_add(zero, np.int32(pattern == 0))
-        low = _same_width_add(low, _same_width_and(live, np.int32(raw < lowest)))
-        high = _same_width_add(high, _same_width_and(live, np.int32(raw > highest)))
+        low = _same_width_add(low, _same_width_and(live, np.int32(raw < MX_SCALE_MIN)))
+        high = _same_width_add(high, _same_width_and(live, np.int32(raw > MX_SCALE_MAX)))
         exponents[k] = scale
-        inverses[k] = float32_of(_same_width_sub(np.int32(127), scale) << 23)
-        unit = _same_width_max(_same_width_add(scale, unit_bias), np.int32(0))
-        units[k] = float32_of(unit << 23)
     row[ZERO_BLOCKS] += zero
     row[CLAMPED_LOW] += low
     row[CLAMPED_HIGH] += high
@@ -183,12 +182,13 @@ def mx_scales(patterns, nb, format_row, exponent, row, exponents, inverses, unit
 
 
 @numba.njit(nogil=True, error_model="numpy")
-def nvfp4_scales(patterns, nb, tensor_scale, scale_lo, row, exponents, reciprocals, scales, tables):
+def nvfp4_scales(patterns, nb, tensor_scale, row, exponents, reciprocals, scales):
     """``nvfp4_scale`` of ``nb`` blocks whose largest finite |x| are the float32 bit
-    patterns ``patterns``, in float32 lanes (only where ``nvfp4_in_lanes``), counted in
-    ``row``: ``scales[k]`` is the E4M3 block scale, ``reciprocals[k]`` torchao's
-    ``(1 / per_tensor_scale) / block_scale`` (float32) and ``exponents[k]`` the scale's
-    exponent. The E4M3 rounding (3 mantissa bits, ties to even) is done on the pattern."""
+    patterns ``patterns``, in float32 lanes (only where ``nvfp4_in_lanes``), their zero
+    and clamped blocks counted in ``row``: ``scales[k]`` is the E4M3 block scale,
+    ``reciprocals[k]`` torchao's ``(1 / per_tensor_scale) / block_scale`` (float32) and
+    ``exponents[k]`` the scale's exponent, which the caller counts. The E4M3 rounding (3
+    mantissa bits, ties to even) is done on the pattern."""
     tensor_scale32 = np.float32(tensor_scale)
     reciprocal_tensor_scale = np.float32(float32(1.0 / tensor_scale))
     lowest, highest = np.float32(_NVFP4_LOWEST), np.float32(_NVFP4_HIGHEST)
@@ -211,5 +211,3 @@ def nvfp4_scales(patterns, nb, tensor_scale, scale_lo, row, exponents, reciproca
     row[ZERO_BLOCKS] += zero
     row[CLAMPED_LOW] += low
     row[CLAMPED_HIGH] += high
-    _count_scales(patterns, exponents, nb, scale_lo, tables)
-    _add_tables(tables, 8 - NVFP4_SCALE_MIN + 1, row)

@@ -99,9 +99,10 @@ def _largest(a, lo, hi):
 
 
 @numba.njit(nogil=True, error_model="numpy")
-def add_chunk(a, starts, nb, table, tensor_scale, exponent, rows, sums, scratch):
+def add_chunk(a, starts, nb, table, taken, tensor_scale, exponent, to_units, rows, sums, scratch):
     """Adds the block formats' counts (``rows[f]``) and sums of squared errors (``sums[f]``,
-    in units of ``4**exponent``) of the magnitudes ``a`` (``magnitudes``) of one chunk,
+    in units of ``4**exponent``, times ``to_units``) of the magnitudes ``a``
+    (``magnitudes``) of one chunk,
     whose blocks start at ``starts[size][k]`` (``starts[size][nb[size]]`` its end; by block
     size); ``table`` describes the formats (``BlockFormat.kernel_row``); ``scratch`` holds
     three float64 arrays at least as long as ``a``."""
@@ -110,6 +111,8 @@ def add_chunk(a, starts, nb, table, tensor_scale, exponent, rows, sums, scratch)
     first, second, errors = scratch[0][:n], scratch[1][:n], scratch[2][:n]
     reciprocal_tensor_scale = float32(1.0 / tensor_scale)
     for f in range(table.shape[0]):
+        if not taken[f]:
+            continue
         rule, size, emax, emin, mant_bits, max_mantissa, scale_lo, _ = table[f]
         row = rows[f]
         block_starts = starts[0] if size == 32 else starts[1]
@@ -129,4 +132,4 @@ def add_chunk(a, starts, nb, table, tensor_scale, exponent, rows, sums, scratch)
             under, over = _quantize(a, first, unit, emin, mant_bits, largest, errors)
         row[UNDER] += under
         row[OVER] += over
-        sums[f] += _sum_of_squares(errors)
+        sums[f] += _sum_of_squares(errors) * to_units

@@ -32,30 +32,33 @@ from tandv_tb.block_formats import NVFP4
 from tandv_tb.stats import _block_scales, _blocks_exact, _blocks_float32, _blocks_float64
 from tandv_tb.stats._block_scales import OVER, UNDER
 
-#: Rows of a multiple of this many values hold whole blocks of every format.
-_ALIGNED = 32
+#: The sums' exponent before any finite non-zero value is seen.
+NO_UNITS = -(1 << 20)
+#: Which formats ``add_chunk`` takes: all, all but nvfp4, or only nvfp4 (whose per-tensor
+#: scale needs the tensor's largest magnitude: when it is not known before the values are
+#: read, nvfp4 waits for a second sweep).
+ALL, BUT_NVFP4, ONLY_NVFP4 = 0, 1, 2
 _TINY = float(np.finfo(np.float32).smallest_subnormal)
 
 
 @numba.njit(nogil=True)
-def new_scratch(size, widest):
-    """The buffers of ``add_chunk_float32`` and ``add_chunk_float64`` for chunks of up to
-    ``size`` values and formats of up to ``widest`` scale exponents."""
-    blocks = size + 1  # rows of one value are blocks of one value
+def new_scratch(size, row_length, widest, wide):
+    """The buffers of ``add_chunk`` for chunks of up to ``size`` values along rows of
+    ``row_length``, formats of up to ``widest`` scale exponents, float64 values if
+    ``wide``. (The integer path's per-value buffers are made when a chunk needs them.)"""
+    blocks = size // 16 + size // row_length + 2  # a row adds at most one short block
+    wide_size = size if wide else 0
     return (
-        (np.empty(blocks, np.int64), np.empty(blocks, np.int64)),  # starts: 32, 16
+        (np.empty(blocks + 1, np.int64), np.empty(blocks + 1, np.int64)),  # starts: 32, 16
         (np.empty(blocks, np.int32), np.empty(blocks, np.int32)),  # largest patterns
         np.empty(blocks, np.int32),  # per block: scale exponent
-        np.empty(blocks, np.float32),  # inverse (MX) or reciprocal (nvfp4)
-        np.empty(blocks, np.float32),  # unit (MX) or E4M3 scale (nvfp4)
-        np.empty(blocks),  # dequantization factor (nvfp4, integer path)
+        np.empty(blocks, np.float32),  # nvfp4: reciprocal
+        np.empty(blocks, np.float32),  # nvfp4: E4M3 scale
+        np.empty(blocks),  # nvfp4 (integer path): dequantization factor
         np.zeros((4, max(widest, 1)), np.int64),  # scale counts, four tables
         np.empty(32, np.float32),  # a short block, padded
-        np.empty(size, np.int64),  # per value (integer path): scale exponents
-        np.empty(size, np.float32),  # reciprocals, errors
-        np.empty(size),  # errors
         np.array([_TINY], np.float32),  # read as 0 where subnormal operands are
-        (np.empty(size), np.empty(size), np.empty(size), np.empty(size)),  # float64 path
+        (np.empty(wide_size), np.empty(wide_size), np.empty(wide_size), np.empty(wide_size)),
     )
 
 
@@ -80,33 +83,57 @@ def cut(n, offset, row_length, size, starts):
 
 
 @numba.njit(nogil=True)
-def _cut_both(n, offset, row_length, table, starts):
-    """``cut`` for the block sizes of ``table`` (32 and 16; -1 where none has it)."""
+def _taken(rule, which):
+    """Whether ``add_chunk`` takes a format of scale rule ``rule``."""
+    return which == ALL or (rule == NVFP4) == (which == ONLY_NVFP4)
+
+
+@numba.njit(nogil=True)
+def _cut_both(n, offset, row_length, table, which, starts):
+    """``cut`` for the block sizes of the formats of ``table`` taken (32 and 16; -1 where
+    none has it)."""
     nb = np.array([-1, -1])
     for f in range(table.shape[0]):
-        which = 0 if table[f, 1] == 32 else 1
-        if nb[which] < 0:
-            nb[which] = cut(n, offset, row_length, table[f, 1], starts[which])
+        size = 0 if table[f, 1] == 32 else 1
+        if nb[size] < 0 and _taken(table[f, 0], which):
+            nb[size] = cut(n, offset, row_length, table[f, 1], starts[size])
     return nb
 
 
+@numba.njit(nogil=True, inline="always")
+def _chunk_units(largest, mant_bits, bias, sums, units):
+    """The exponent of one chunk's sums of squared errors: floor(log2) of its largest finite
+    |x| (whose bit pattern is ``largest``; a subnormal one taken as the smallest normal),
+    within -1022 .. 1022 so that its powers of two stay normal float64s. The running
+    ``sums`` move to it (exact powers of two) where it is above their exponent
+    ``units[0]``; no finite non-zero value leaves them as they are."""
+    if largest <= 0:
+        return units[0]
+    exponent = min(max((largest >> mant_bits) - bias, 1 - bias), 1022)
+    if exponent > units[0]:
+        sums *= math.ldexp(1.0, 2 * int(max(units[0] - exponent, -2100)))
+        units[0] = exponent
+    return exponent
+
+
 def add_chunk(
-    values, bits, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset, row_length,
-    table, tensor_scale, exponent, rows, sums, scratch,
+    values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset,
+    row_length, table, tensor_scale, which, rows, sums, units, scratch,
 ):  # fmt: skip
-    """Adds the block formats' counts (``rows[f]``) and sums of squared errors (``sums[f]``)
-    of one chunk of float32 or float64 ``values`` (``bits`` their integer patterns, read
-    through ``sign_mask`` and ``inf_bits``; ``subnormals``, ``read_as_zero`` (zeros, NaN and
-    Inf) and whether all are ``finite`` counted by the kernel), whose first value lies
-    ``offset`` values into its row of ``row_length``; ``table`` describes the formats
-    (``BlockFormat.kernel_row``), ``tensor_scale`` is nvfp4's per-tensor scale,
-    ``exponent`` the sums' (``sums_exponent``). Compiled for the values' type only."""
+    """Adds the block formats' counts (``rows[f]``) and sums of squared errors (``sums[f]``,
+    in units of ``4**units[0]``) of one chunk of float32 or float64 ``values`` (``bits``
+    their integer patterns, read through ``sign_mask`` and ``inf_bits``; ``largest``,
+    ``subnormals``, ``read_as_zero`` (zeros, NaN and Inf) and whether all are ``finite``
+    found by the kernel), whose first value lies ``offset`` values into its row of
+    ``row_length``; ``table`` describes the formats (``BlockFormat.kernel_row``),
+    ``tensor_scale`` is nvfp4's per-tensor scale, ``which`` the formats to take (``ALL``,
+    ``BUT_NVFP4``, ``ONLY_NVFP4``). Compiled for the values' type only."""
 
 
 @overload(add_chunk, jit_options={"nogil": True, "error_model": "numpy"})
 def _add_chunk(
-    values, bits, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset, row_length,
-    table, tensor_scale, exponent, rows, sums, scratch,
+    values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset,
+    row_length, table, tensor_scale, which, rows, sums, units, scratch,
 ):  # fmt: skip
     if values.dtype == types.float32:
         return _add_chunk_float32
@@ -114,32 +141,33 @@ def _add_chunk(
 
 
 def _add_chunk_float32(
-    values, bits, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset, row_length,
-    table, tensor_scale, exponent, rows, sums, scratch,
+    values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset,
+    row_length, table, tensor_scale, which, rows, sums, units, scratch,
 ):  # fmt: skip
-    starts, patterns, exponents, first, second, dequanta, tables, pad = scratch[:8]
-    per_value_int, per_value_32, per_value_64, probe = scratch[8:12]
+    starts, patterns, exponents, first, second, dequanta, tables, pad, probe = scratch[:9]
+    exponent = _chunk_units(largest, 23, 127, sums, units)
+    to_units = math.ldexp(1.0, 2 * int(exponent - units[0]))
     flushed = subnormals > 0 and probe[0] == 0.0  # subnormal operands read as 0
-    nb = _cut_both(len(values), offset, row_length, table, starts)
-    for which in range(2):
-        if nb[which] >= 0:
-            size = 32 if which == 0 else 16
+    nb = _cut_both(len(values), offset, row_length, table, which, starts)
+    for size in range(2):
+        if nb[size] >= 0:
             _blocks_float32.largest_magnitudes(
-                values, starts[which], nb[which], size, finite, patterns[which]
+                values, starts[size], nb[size], 32 if size == 0 else 16, finite, patterns[size]
             )
     for f in range(table.shape[0]):
         rule, size, _, _, _, _, scale_lo, _ = table[f]
-        which = 0 if size == 32 else 1
-        block_starts, block_patterns, n_blocks = starts[which], patterns[which], nb[which]
-        row = rows[f]
+        if not _taken(rule, which):
+            continue
+        s = 0 if size == 32 else 1
+        block_starts, block_patterns, n_blocks, row = starts[s], patterns[s], nb[s], rows[f]
         if rule == NVFP4 and not flushed and _block_scales.nvfp4_in_lanes(tensor_scale):
             _block_scales.nvfp4_scales(
-                block_patterns, n_blocks, tensor_scale, scale_lo, row, exponents, first, second,
-                tables,
-            )  # fmt: skip
-            under, over, raw = _blocks_float32.nvfp4_values(
-                values, block_starts, n_blocks, finite, first, second, tensor_scale, pad
+                block_patterns, n_blocks, tensor_scale, row, exponents, first, second
             )
+            under, over, raw = _blocks_float32.nvfp4_values(
+                values, block_starts, n_blocks, finite, block_patterns,
+                (first, second, exponents, scale_lo), tensor_scale, row, pad,
+            )  # fmt: skip
             under -= read_as_zero
             error = raw * math.ldexp(1.0, -2 * exponent)
         elif rule == NVFP4:
@@ -147,35 +175,37 @@ def _add_chunk_float32(
                 block_patterns, n_blocks, tensor_scale, scale_lo, row, first, dequanta
             )
             under, over, error = _blocks_exact.nvfp4_values(
-                bits, block_starts, n_blocks, first, dequanta, exponent, per_value_32,
-                per_value_64,
+                bits, block_starts, n_blocks, first, dequanta, exponent,
+                np.empty(len(values), np.float32), np.empty(len(values)),
+            )  # fmt: skip
+        elif flushed:
+            _block_scales.mx_scales(block_patterns, n_blocks, table[f], row, exponents, tables)
+            under, over, error = _blocks_exact.mx_values(
+                bits, block_starts, n_blocks, exponents, table[f], exponent,
+                np.empty(len(values), np.int64), np.empty(len(values), np.float32),
             )  # fmt: skip
         else:
-            _block_scales.mx_scales(
-                block_patterns, n_blocks, table[f], exponent, row, exponents, first, second,
-                tables,
+            under, over, error = _blocks_float32.mx_values(
+                values, block_starts, n_blocks, finite, block_patterns, table[f], exponent,
+                row, pad,
             )  # fmt: skip
-            if flushed:
-                under, over, error = _blocks_exact.mx_values(
-                    bits, block_starts, n_blocks, exponents, table[f], exponent, per_value_int,
-                    per_value_32,
-                )  # fmt: skip
-            else:
-                under, over, error = _blocks_float32.mx_values(
-                    values, block_starts, n_blocks, finite, first, second, table[f], pad
-                )
-                under -= read_as_zero
+            under -= read_as_zero
         row[UNDER] += under
         row[OVER] += over
-        sums[f] += error
+        sums[f] += error * to_units
 
 
 def _add_chunk_float64(
-    values, bits, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset, row_length,
-    table, tensor_scale, exponent, rows, sums, scratch,
+    values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset,
+    row_length, table, tensor_scale, which, rows, sums, units, scratch,
 ):  # fmt: skip
-    starts, buffers = scratch[0], scratch[12]
-    nb = _cut_both(len(values), offset, row_length, table, starts)
+    starts, buffers = scratch[0], scratch[9]
+    exponent = _chunk_units(largest, 52, 1023, sums, units)
+    nb = _cut_both(len(values), offset, row_length, table, which, starts)
     a = buffers[0][: len(values)]
     _blocks_float64.magnitudes(values, bits, sign_mask, inf_bits, a)
-    _blocks_float64.add_chunk(a, starts, nb, table, tensor_scale, exponent, rows, sums, buffers[1:])
+    taken = np.array([_taken(table[f, 0], which) for f in range(table.shape[0])])
+    to_units = math.ldexp(1.0, 2 * int(exponent - units[0]))
+    _blocks_float64.add_chunk(
+        a, starts, nb, table, taken, tensor_scale, exponent, to_units, rows, sums, buffers[1:]
+    )

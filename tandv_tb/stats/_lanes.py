@@ -110,6 +110,71 @@ def largest_magnitude(typingctx, values, start, lanes, finite):
     return types.int32(values, start, lanes, finite), codegen
 
 
+#: Blocks whose largest magnitudes ``group_largest_magnitudes`` finds in one call.
+GROUP = 16
+
+
+def _halves_interleaved(blocks: int, width: int) -> tuple[list[int], list[int]]:
+    """Shuffle masks that pair two vectors of ``blocks`` blocks of ``width`` lanes each into
+    one of ``2 * blocks`` blocks of ``width / 2`` lanes: the first halves (first mask) and
+    the second halves (second mask) of each block, the first vector's blocks first."""
+    half = width // 2
+    first, second = [], []
+    for block in range(2 * blocks):
+        source, own = (0, block) if block < blocks else (GROUP, block - blocks)
+        first += [source + own * width + p for p in range(half)]
+        second += [source + own * width + half + p for p in range(half)]
+    return first, second
+
+
+@intrinsic(prefer_literal=True)
+def group_largest_magnitudes(typingctx, values, start, lanes, finite, patterns, at):
+    """``patterns[at:at + GROUP]``: the bit patterns of the largest |x| of ``GROUP``
+    consecutive blocks of ``lanes`` float32 values from ``values[start]`` (NaN and Inf left
+    out unless ``finite``). Each block is reduced to 16 lanes, then the 16 vectors in
+    pairs, halving the lanes per block and doubling the blocks per vector, to one vector
+    of the 16 maxima: 45 shuffles and maxima instead of a reduction tree per block."""
+    count, all_finite = lanes.literal_value, finite.literal_value
+
+    def codegen(context, builder, signature, args):
+        patterns_type = vector_of(_I32, GROUP)
+        maximum = llvm_function(
+            builder, f"llvm.smax.v{GROUP}i32", patterns_type, [patterns_type, patterns_type]
+        )
+        vectors = []
+        for block in range(GROUP):
+            offset = builder.add(args[1], ir.Constant(args[1].type, block * count))
+            floats = load(context, builder, signature.args[0], args[0], offset, count)
+            magnitudes = magnitude_patterns(builder, floats, all_finite)
+            if count > GROUP:  # the two halves' larger lanes
+                lo, hi = (
+                    builder.shuffle_vector(
+                        magnitudes, magnitudes, ir.Constant(patterns_type, list(range(h, h + GROUP)))
+                    )
+                    for h in (0, GROUP)
+                )
+                magnitudes = builder.call(maximum, [lo, hi])
+            vectors.append(magnitudes)
+        blocks, width = 1, GROUP
+        while width > 1:
+            first, second = _halves_interleaved(blocks, width)
+            masks = [ir.Constant(patterns_type, m) for m in (first, second)]
+            vectors = [
+                builder.call(maximum, [builder.shuffle_vector(x, y, mask) for mask in masks])
+                for x, y in zip(vectors[::2], vectors[1::2])
+            ]
+            blocks, width = 2 * blocks, width // 2
+        pointer = builder.bitcast(
+            builder.gep(context.make_array(signature.args[4])(context, builder, args[4]).data,
+                        [args[5]]),
+            patterns_type.as_pointer(),
+        )  # fmt: skip
+        builder.store(vectors[0], pointer, align=4)
+        return context.get_dummy_value()
+
+    return types.none(values, start, lanes, finite, patterns, at), codegen
+
+
 @intrinsic(prefer_literal=True)
 def accumulator(typingctx, lanes):
     """A zeroed vector of ``lanes`` float64 in the caller's frame, as a pointer: the loop
