@@ -167,7 +167,11 @@ def blocks_overhead(
     """Median (wall, process CPU) seconds a step of plain training, of tracking every step
     and of tracking every step with block ``formats``, the three taking turns in rounds."""
     model, optimizer = make_model()
-    kinds = {"plain": None, "track every step": (), f"track every step, {'+'.join(formats)}": formats}
+    kinds = {
+        "plain": None,
+        "track every step": (),
+        f"track every step, {'+'.join(formats)}": formats,
+    }
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in kinds}
 
     def train() -> None:
@@ -375,8 +379,9 @@ def main() -> None:
             print(f"{name:50s} {wall * 1000:9.1f} ms {wall / plain_wall:6.2f}x   "
                   f"CPU {cpu * 1000:9.1f} ms {cpu / plain_cpu:6.2f}x")  # fmt: skip
         (_, tracked), (_, with_blocks) = list(results.items())[1:]
-        print(f"the block formats add {(with_blocks[0] - tracked[0]) / plain_wall:+.3f}x of a "
-              f"plain step (CPU time: {(with_blocks[1] - tracked[1]) / plain_cpu:+.3f}x)")  # fmt: skip
+        added_wall = (with_blocks[0] - tracked[0]) / plain_wall
+        added_cpu = (with_blocks[1] - tracked[1]) / plain_cpu
+        print(f"the block formats add {added_wall:+.3f}x of a plain step (CPU: {added_cpu:+.3f}x)")
         return
     if args.track_inputs:
         results = inputs_overhead(args.rounds, args.steps)

@@ -126,7 +126,9 @@ def mx_scale_of_pattern(pattern, carry, bias):
     plus one where adding ``carry`` (``mx_carry``) carries out of the mantissa field. A
     subnormal maximum clamps low, as its true exponent would."""
     raw = _same_width_sub(_same_width_add(pattern, carry) >> 23, bias)
-    return raw, _same_width_min(_same_width_max(raw, np.int32(MX_SCALE_MIN)), np.int32(MX_SCALE_MAX))
+    return raw, _same_width_min(
+        _same_width_max(raw, np.int32(MX_SCALE_MIN)), np.int32(MX_SCALE_MAX)
+    )
 
 
 @numba.njit(nogil=True, inline="always")

@@ -34,8 +34,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from tandv_tb.stats import _lanes
 from tandv_tb.block_formats import MX_SCALE_MAX, MX_SCALE_MIN
+from tandv_tb.stats import _lanes
 from tandv_tb.stats._bit_ops import bits32, float32_of
 from tandv_tb.stats._block_scales import (
     CLAMPED_HIGH,
@@ -132,7 +132,11 @@ def _nvfp4_block(
     ``errors``. Only a block whose scale was clamped high (``saturating``) can have a value
     past 6: elsewhere its largest value times the reciprocal is at most ``6 * raw /
     scale``, below 6.5 (E4M3 rounds ``raw`` by at most 1/16)."""
-    count, all_finite, may_saturate = lanes.literal_value, finite.literal_value, saturating.literal_value
+    count, all_finite, may_saturate = (
+        lanes.literal_value,
+        finite.literal_value,
+        saturating.literal_value,
+    )
 
     def codegen(context, builder, signature, args):
         floats, doubles = _lanes.vector_of(_F32, count), _lanes.vector_of(_F64, count)
@@ -264,7 +268,9 @@ def _nvfp4_step(values, start, finite, reciprocal, scale, tensor_scale, errors):
     """``_nvfp4_block`` of one whole block, saturating only where its scale is E4M3's
     largest (clamped high, or rounded up to it)."""
     if scale < _E4M3_LARGEST:
-        return _nvfp4_block(values, start, 16, finite, False, reciprocal, scale, tensor_scale, errors)
+        return _nvfp4_block(
+            values, start, 16, finite, False, reciprocal, scale, tensor_scale, errors
+        )
     return _nvfp4_block(values, start, 16, finite, True, reciprocal, scale, tensor_scale, errors)
 
 
@@ -289,7 +295,9 @@ def _nvfp4_of(values, starts, nb, finite, patterns, blocks, tensor_scale, row, p
             continue
         row[SCALES + exponents[k] - scale_lo] += patterns[k] != 0
         if length == 16:
-            u, o = _nvfp4_step(values, start, finite, reciprocals[k], scales[k], tensor_scale, errors)
+            u, o = _nvfp4_step(
+                values, start, finite, reciprocals[k], scales[k], tensor_scale, errors
+            )
         else:
             _pad(values, start, length, pad)
             u, o = _nvfp4_step(pad, 0, finite, reciprocals[k], scales[k], tensor_scale, errors)

@@ -102,18 +102,20 @@ def _cut_both(n, offset, row_length, table, which, starts):
 
 @numba.njit(nogil=True, inline="always")
 def _chunk_units(largest, mant_bits, bias, sums, units):
-    """The exponent of one chunk's sums of squared errors: floor(log2) of its largest finite
-    |x| (whose bit pattern is ``largest``; a subnormal one taken as the smallest normal),
-    within -1022 .. 1022 so that its powers of two stay normal float64s. The running
-    ``sums`` move to it (exact powers of two) where it is above their exponent
-    ``units[0]``; no finite non-zero value leaves them as they are."""
+    """(exponent, to_units) of one chunk's sums of squared errors. The exponent is
+    floor(log2) of its largest finite |x| (whose bit pattern is ``largest``; a subnormal
+    one taken as the smallest normal), within -1022 .. 1022 so that its powers of two stay
+    normal float64s. The running ``sums`` move to it (exact powers of two) where it is
+    above their exponent ``units[0]``; ``to_units`` takes the chunk's sums to
+    ``units[0]``. A chunk with no finite non-zero value has only exact zero errors: unit
+    1, and nothing joins the sums (its factor would overflow)."""
     if largest <= 0:
-        return units[0]
+        return 0, 0.0
     exponent = min(max((largest >> mant_bits) - bias, 1 - bias), 1022)
     if exponent > units[0]:
         sums *= math.ldexp(1.0, 2 * int(max(units[0] - exponent, -2100)))
         units[0] = exponent
-    return exponent
+    return exponent, math.ldexp(1.0, 2 * int(exponent - units[0]))
 
 
 def add_chunk(
@@ -145,8 +147,7 @@ def _add_chunk_float32(
     row_length, table, tensor_scale, which, rows, sums, units, scratch,
 ):  # fmt: skip
     starts, patterns, exponents, first, second, dequanta, tables, pad, probe = scratch[:9]
-    exponent = _chunk_units(largest, 23, 127, sums, units)
-    to_units = math.ldexp(1.0, 2 * int(exponent - units[0]))
+    exponent, to_units = _chunk_units(largest, 23, 127, sums, units)
     flushed = subnormals > 0 and probe[0] == 0.0  # subnormal operands read as 0
     nb = _cut_both(len(values), offset, row_length, table, which, starts)
     for size in range(2):
@@ -200,12 +201,11 @@ def _add_chunk_float64(
     row_length, table, tensor_scale, which, rows, sums, units, scratch,
 ):  # fmt: skip
     starts, buffers = scratch[0], scratch[9]
-    exponent = _chunk_units(largest, 52, 1023, sums, units)
+    exponent, to_units = _chunk_units(largest, 52, 1023, sums, units)
     nb = _cut_both(len(values), offset, row_length, table, which, starts)
     a = buffers[0][: len(values)]
     _blocks_float64.magnitudes(values, bits, sign_mask, inf_bits, a)
     taken = np.array([_taken(table[f, 0], which) for f in range(table.shape[0])])
-    to_units = math.ldexp(1.0, 2 * int(exponent - units[0]))
     _blocks_float64.add_chunk(
         a, starts, nb, table, taken, tensor_scale, exponent, to_units, rows, sums, buffers[1:]
     )

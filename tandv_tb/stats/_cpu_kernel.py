@@ -318,11 +318,11 @@ def _rare_keys(keys):
 
 @numba.njit(cache=True, nogil=True)
 def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table, n, row_length, deferred):
-    """The running sums of an array of ``n`` values along rows of ``row_length`` (``_add_block`` adds to them,
-    ``_finish`` reads them): key counts (int32, flushed into int64 totals), the counts
-    vector, cast counts, the moments (``_add_block_moments``), the extremes' bit patterns,
-    and the block formats' counts rows, sums, the sums' exponent and buffers
-    (``_cpu_blocks``)."""
+    """The running sums of an array of ``n`` values along rows of ``row_length``
+    (``_add_block`` adds to them, ``_finish`` reads them): key counts (int32, flushed into
+    int64 totals), the counts vector, cast counts, the moments (``_add_block_moments``),
+    the extremes' bit patterns, and the block formats' counts rows, sums, the sums'
+    exponent and buffers (``_cpu_blocks``)."""
     n_fields = (inf_bits >> mant_bits) + 1
     keys = np.zeros((4, 2 * n_fields), np.int32)
     totals = np.zeros((4, 2 * n_fields), np.int64)
@@ -492,8 +492,9 @@ def _deferred_block(values, bits, block, sign_mask, inf_bits, scaling, sums):
 @numba.njit(cache=True, nogil=True)
 def needs_amax(table):
     """Whether the block formats of ``table`` need the tensor's largest finite magnitude
-    before its values (nvfp4's per-tensor scale does)."""
-    for f in range(table.shape[0]):
+    before its values (nvfp4's per-tensor scale does). A loop: numba has no ``any`` of a
+    generator."""
+    for f in range(table.shape[0]):  # noqa: SIM110
         if table[f, 0] == block_formats.NVFP4:
             return True
     return False

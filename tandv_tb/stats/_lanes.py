@@ -39,7 +39,9 @@ def constant(vector: ir.VectorType, value: float | int) -> ir.Constant:
     return ir.Constant(vector, [value] * vector.count)
 
 
-def llvm_function(builder: ir.IRBuilder, name: str, result: ir.Type, arguments: list) -> ir.Function:
+def llvm_function(
+    builder: ir.IRBuilder, name: str, result: ir.Type, arguments: list
+) -> ir.Function:
     """The LLVM intrinsic or function ``name``, declared in the module being built."""
     return cgutils.get_or_insert_function(builder.module, ir.FunctionType(result, arguments), name)
 
@@ -149,7 +151,9 @@ def group_largest_magnitudes(typingctx, values, start, lanes, finite, patterns, 
             if count > GROUP:  # the two halves' larger lanes
                 lo, hi = (
                     builder.shuffle_vector(
-                        magnitudes, magnitudes, ir.Constant(patterns_type, list(range(h, h + GROUP)))
+                        magnitudes,
+                        magnitudes,
+                        ir.Constant(patterns_type, list(range(h, h + GROUP))),
                     )
                     for h in (0, GROUP)
                 )
