@@ -84,11 +84,17 @@ class TorchOps:
                 out.append(x.amax() if kind == "max" else x.amin())
         return out
 
+    def _on_device(self, parts):
+        """``parts`` as tensors on the device of those that are tensors (an empty tensor's
+        block outputs are host numbers)."""
+        device = next((p.device for p in parts if isinstance(p, self.t.Tensor)), None)
+        return [self.t.as_tensor(p, device=device) for p in parts]
+
     def stack_counts(self, parts):
-        return self.t.cat([self.t.as_tensor(p).reshape(-1).to(self.t.int64) for p in parts])
+        return self.t.cat([p.reshape(-1).to(self.t.int64) for p in self._on_device(parts)])
 
     def stack_moments(self, parts):
-        return self.t.stack([self.t.as_tensor(p).to(self.t.float64) for p in parts])
+        return self.t.stack([p.to(self.t.float64) for p in self._on_device(parts)])
 
     def scalar_like(self, value, like):
         return self.t.tensor(value, dtype=like.dtype, device=like.device)

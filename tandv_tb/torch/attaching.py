@@ -43,6 +43,8 @@ def attach(tensor: torch.Tensor, name: str, module: nn.Module | None = None) -> 
     """
     if _active_count:
         compiling = torch.compiler.is_compiling()
+        if compiling and not graph_op.HOOKS_IN_GRAPH:
+            return tensor
         for sink in _sinks:
             if compiling:
                 sink.trace(tensor, name, module)

@@ -24,6 +24,13 @@ from collections.abc import Callable
 
 import torch
 
+#: Whether dynamo traces the tracker's hooks into compiled graphs. Tested on torch 2.13;
+#: torch 2.11's dynamo stops with an internal error on them (a CUDA machine's run of
+#: ``.ci/gpu-checks``), so before 2.13 compiled code hands nothing over: the hooks do
+#: nothing while dynamo traces, the compiled modules' activations and gradients are not
+#: recorded (``track`` says so), and training is never stopped.
+HOOKS_IN_GRAPH = torch.__version__ >= "2.13"
+
 #: What a tracker does with a tensor handed over by the graph:
 #: ``receiver(name, tensor_type, module_type, tensor)``.
 Receiver = Callable[[str, str, str, torch.Tensor], None]

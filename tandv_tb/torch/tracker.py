@@ -67,6 +67,14 @@ class Tracker(TrackerBase):
         self._root_label = naming.root_name(module)
         if _compiled(module):  # its compiled code would not see the hooks put on below
             torch.compiler.reset()
+            if not graph_op.HOOKS_IN_GRAPH:
+                warnings.warn(
+                    f"tandv_tb: with torch {torch.__version__} (before 2.13) the compiled "
+                    "modules' activations and gradients are not recorded; the weights, "
+                    "their gradients and the optimizer state are",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
         self._ran_compiled = False  # whether a compiled graph handed this tracker a tensor
         self._stale_checked = False
         self._receiver_key = graph_op.register(self._receive)
@@ -129,9 +137,10 @@ class Tracker(TrackerBase):
         """Tell the hooks and ``attach`` whether this step's tensors are taken: a tracked
         step, or any step with the watch (compiled graphs guard on it)."""
         emitting = self._active or self._watch is not None
-        self._hooks.emitting = emitting
+        in_graph = emitting and graph_op.HOOKS_IN_GRAPH
+        self._hooks.emitting = in_graph
         if self._inputs is not None:
-            self._inputs.emitting = emitting
+            self._inputs.emitting = in_graph
         self._attachments.set_active(emitting)
 
     def _receive(self, name: str, tensor_type: str, module_type: str, tensor: torch.Tensor) -> None:

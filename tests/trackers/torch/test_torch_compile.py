@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 from torch.utils.checkpoint import checkpoint
 
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
-from tandv_tb.torch import CompiledBeforeTrackWarning, attach, track
+from tandv_tb.torch import CompiledBeforeTrackWarning, attach, graph_op, track
 from tests.helpers.compiled_training import (
     NanoGPT,
     Trained,
@@ -413,3 +413,21 @@ def test_a_checkpointed_block_compiled_records_once_as_eagerly(tmp_path):
     assert records["compiled"].keys() == records["eager"].keys()
     for key, stored in records["eager"].items():
         assert_same(records["compiled"][key].record, stored.record, rtol=1e-5)
+
+
+def test_before_torch_2_13_compiled_code_hands_nothing_over_and_training_goes_on(
+    monkeypatch, tmp_path
+):
+    """torch before 2.13 (``HOOKS_IN_GRAPH`` false: 2.11's dynamo stops on the hooks): the
+    hooks do nothing while dynamo traces, training is unchanged with no graph break, the
+    weights, gradients and optimizer state are recorded, and ``track`` says what is not."""
+    monkeypatch.setattr(graph_op, "HOOKS_IN_GRAPH", False)
+    with one_thread():
+        with pytest.warns(RuntimeWarning, match="before 2.13"):
+            got = train_nanogpt(compiled_nanogpt(), 3, logdir=str(tmp_path), every=1)
+        want = train_nanogpt(compiled_nanogpt(), 3)
+    assert_same_training(got, want)
+    assert got.breaks == 0
+    recorded = tags(tmp_path)
+    assert {t for _, t in recorded} >= ADAM_TYPES - {"Activation", "Gradient"}
+    assert not {name for name, t in recorded if t in ("Activation", "Gradient") and "." in name}
