@@ -15,6 +15,7 @@ from torch._dynamo.utils import counters
 from torch.nn import functional as F
 
 from tandv_tb.torch import track
+from tests.helpers.tracker_records import read_records
 
 
 class SelfAttention(nn.Module):
@@ -138,3 +139,25 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def assert_same_training(got: Trained, want: Trained) -> None:
+    """Losses and final weights equal bit for bit."""
+    assert [float.hex(x) for x in got.losses] == [float.hex(x) for x in want.losses]
+    for name, weight in want.weights.items():
+        assert torch.equal(got.weights[name], weight), name
+
+
+def tags(logdir) -> set[tuple[str, str]]:
+    """The (name, tensor type) pairs recorded under ``logdir``."""
+    return {(name, tensor_type) for name, tensor_type, _ in read_records(str(logdir))}
+
+
+def steps(logdir) -> list[int]:
+    """The steps recorded under ``logdir``."""
+    return sorted({step for _, _, step in read_records(str(logdir))})
+
+
+#: What a compiled nanoGPT cannot record: its logits' gradient, which it turns into its loss
+#: inside its forward, within the compiled graph (a warning says so).
+INSIDE = {("NanoGPT", "Gradient")}

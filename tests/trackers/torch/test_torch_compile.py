@@ -21,10 +21,14 @@ from torch.utils.checkpoint import checkpoint
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import CompiledBeforeTrackWarning, attach, graph_op, track
 from tests.helpers.compiled_training import (
+    INSIDE,
     NanoGPT,
     Trained,
+    assert_same_training,
     nanogpt_optimizer,
     one_thread,
+    steps,
+    tags,
     train_nanogpt,
 )
 from tests.helpers.torch_models import ADAM_TYPES, assert_same, expected, read_records
@@ -34,29 +38,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 STEPS = 12
 
 
-def tags(logdir) -> set[tuple[str, str]]:
-    return {(name, tensor_type) for name, tensor_type, _ in read_records(str(logdir))}
-
-
-#: What a compiled nanoGPT cannot record: its logits' gradient, which it turns into its loss
-#: inside its forward, within the compiled graph (a warning says so).
-INSIDE = {("NanoGPT", "Gradient")}
-
-
-def steps(logdir) -> list[int]:
-    return sorted({step for _, _, step in read_records(str(logdir))})
-
-
 def compiled_nanogpt(**compile_options) -> nn.Module:
     torch.compiler.reset()
     torch.manual_seed(0)
     return torch.compile(NanoGPT(), **compile_options)
-
-
-def assert_same_training(got: Trained, want: Trained) -> None:
-    assert [float.hex(x) for x in got.losses] == [float.hex(x) for x in want.losses]
-    for name, weight in want.weights.items():
-        assert torch.equal(got.weights[name], weight), name
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,14 @@ import os
 import pytest
 import torch
 
-from tests.helpers.compiled_training import NanoGPT, Trained, train_nanogpt
+from tests.helpers.compiled_training import (
+    INSIDE,
+    NanoGPT,
+    Trained,
+    assert_same_training,
+    tags,
+    train_nanogpt,
+)
 from tests.helpers.torch_models import ADAM_TYPES, read_records
 
 pytestmark = [
@@ -22,8 +29,6 @@ pytestmark = [
 
 STEPS = 12
 FORMATS = ("float8_e4m3fn", "mxfp4_e2m1", "nvfp4")
-#: A compiled nanoGPT's logits' gradient stays inside its graph (``test_torch_compile``).
-INSIDE = {("NanoGPT", "Gradient")}
 
 
 def cuda_nanogpt(compiled: bool) -> torch.nn.Module:
@@ -31,16 +36,6 @@ def cuda_nanogpt(compiled: bool) -> torch.nn.Module:
     torch.manual_seed(0)
     model = NanoGPT().cuda()
     return torch.compile(model) if compiled else model
-
-
-def tags(logdir) -> set[tuple[str, str]]:
-    return {(name, tensor_type) for name, tensor_type, _ in read_records(str(logdir))}
-
-
-def assert_same_training(got: Trained, want: Trained) -> None:
-    assert [float.hex(x) for x in got.losses] == [float.hex(x) for x in want.losses]
-    for name, weight in want.weights.items():
-        assert torch.equal(got.weights[name], weight), name
 
 
 @pytest.fixture(scope="module")
