@@ -44,7 +44,9 @@ def _casts_both_ways(db: NumericsStore, run: str, index: int):
     rows = db.rows(run, ids, ("numel",))
     layout, _ = db._reader.layout(run, ids, ("numel",))
     general = db.casts(run, dict.fromkeys(ids, index))
-    fast = db._reader.casts_in(run, dict.fromkeys(ids, index), layout)
+    fast = db._reader.per_format_in(
+        run, "casts", dict.fromkeys(ids, index), ("underflow", "overflow"), layout
+    )
     return rows, layout, general, fast
 
 
