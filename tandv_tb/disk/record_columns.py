@@ -464,23 +464,6 @@ class BlockEntries:
     def __len__(self) -> int:
         return len(self.row)
 
-    def take(self, entries: np.ndarray) -> BlockEntries:
-        """The entries at ``entries`` (in that order; ``row_starts`` then counts them as
-        one row each)."""
-        sizes = np.diff(self.scale_starts)[entries]
-        return BlockEntries(
-            row=self.row[entries],
-            format_index=self.format_index[entries],
-            counts=self.counts[entries],
-            scale_lo=self.scale_lo[entries],
-            scale_starts=_starts(sizes),
-            scales=self.scales[ragged_index(self.scale_starts[entries], sizes)],
-            exponent=self.exponent[entries],
-            signal=self.signal[entries],
-            error=self.error[entries],
-            row_starts=np.arange(len(entries) + 1, dtype=np.int64),
-        )
-
     def block_counts(self, entry: int) -> BlockCounts:
         """The ``BlockCounts`` of one entry."""
         start, end = self.scale_starts[entry], self.scale_starts[entry + 1]
