@@ -34,7 +34,14 @@ from tandv_tb.store.reader import Reader
 from tandv_tb.store.rows import Rows
 from tandv_tb.store.run_ids import RunIds
 from tandv_tb.store.schema import BLOCK_COLUMNS, CAST_COLUMNS
-from tandv_tb.store.series import Bins, LayerGrid, LayerSeries, Needs, ScalarSeries
+from tandv_tb.store.series import (
+    Bins,
+    BlockHistory,
+    LayerGrid,
+    LayerSeries,
+    Needs,
+    ScalarSeries,
+)
 from tandv_tb.store.updates import Updates
 
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
@@ -233,6 +240,23 @@ class NumericsStore:
         info = known[0][1]
         formats = (*info.formats, *info.block_formats) if len(kinds) == 1 else ()
         return LayerGrid(tuple(common if needs.format else formats), layout.grid.steps, columns)
+
+    def block_history(self, run: str, tag: str, format_name: str) -> BlockHistory | None:
+        """Every held step of what the block format ``format_name`` does to ``tag``; None
+        where the tag did not record it (or the store does not hold the tag)."""
+        found = _usable(self.tags(run), tag)
+        if found is None or format_name not in found[1].block_formats:
+            return None
+        tag_id, info, _ = found
+        index = info.block_formats.index(format_name)
+        rows = self.blocks(run, {tag_id: index})
+        steps, exponents, counts = self.block_scales(run, tag_id, index)
+        lo = int(exponents.min()) if len(exponents) else 0
+        width = int(exponents.max()) - lo + 1 if len(exponents) else 0
+        scales = np.zeros((len(rows.steps), width), dtype=np.int64)
+        at = np.searchsorted(rows.steps, steps)
+        scales[at, exponents - lo] = counts
+        return BlockHistory(rows.steps, rows.columns, lo, scales)
 
     def record(self, run: str, tag: str, step: int | None) -> tuple[int, NumericsRecord] | None:
         """The held step of ``tag`` nearest to ``step`` (the last when None; the earlier
