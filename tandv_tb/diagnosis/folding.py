@@ -2,9 +2,11 @@
 card shows first, with the expected effects of an unscaled format folded into one line
 per run and format.
 
-Folded are exactly the groups that the headline rule skips as expected of an unscaled
-format (``headline.expected_of_unscaled``): the ``underflow`` groups and the ``scale``
-groups that remedy them. Grouped by tensor type, as the contract asks, they are most of
+Folded are exactly the groups that the headline rule skips as expected of a format
+(``headline.expected_of_format``): the ``underflow`` groups and the ``scale`` groups that
+remedy them, and every group of a block-scaled format (its underflow, the values its
+scale rule saturates, its blocks whose scale clamps: what the format would do, told in
+one line per run and format). Grouped by tensor type, as the contract asks, they are most of
 a logdir's groups (a float8 run has one per tensor type and format, twice); folded, a
 run and format takes one line, which says them with the numbers of all their tensors.
 A run and format with a single such group shows that group itself. Nothing is dropped:
@@ -15,11 +17,14 @@ card keeps them behind the fold's disclosure.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections import Counter
 
-from tandv_tb.diagnosis.base import Thresholds, severity_rank
+from tandv_tb import block_formats
+from tandv_tb.block_formats import FLOOR
+from tandv_tb.diagnosis.base import Thresholds, percent, severity_rank
 from tandv_tb.diagnosis.grouping import Group, group_order, underflow_sentence
-from tandv_tb.diagnosis.headline import expected_of_unscaled
+from tandv_tb.diagnosis.headline import expected_of_format
 from tandv_tb.diagnosis.run_numerics import RunNumerics
 
 
@@ -42,7 +47,7 @@ class Fold:
 
 def folded(group: Group) -> bool:
     """Whether the default view folds ``group``."""
-    return expected_of_unscaled(group.kind, group.remedies)
+    return expected_of_format(group.kind, group.format, group.remedies)
 
 
 def default_view(
@@ -57,9 +62,13 @@ def default_view(
             by_format.setdefault((g.run, g.format), []).append(g)
         else:
             shown.append(g)
-    for (run, _), together in by_format.items():
+    for (run, format_name), together in by_format.items():
         conditions = [g for g in together if g.kind != "scale"]
-        if len(together) == 1 or not conditions:
+        if len(together) == 1:
+            shown.extend(together)
+        elif block_formats.is_block_format(format_name):
+            shown.append(_block_fold(together, numerics[run], thresholds))
+        elif not conditions:
             shown.extend(together)
         else:
             shown.append(_fold(together, conditions, numerics[run], thresholds))
@@ -85,5 +94,56 @@ def _fold(together, conditions, run: RunNumerics, thresholds: Thresholds) -> Fol
         format=conditions[0].format,
         tensors=sum(g.tensors for g in conditions),
         message=f"{message}; {count} groups, one per tensor type",
+        groups=tuple(together),
+    )
+
+
+#: A block format's kinds of findings, in the order its fold tells them.
+_BLOCK_KINDS = ("underflow", "overflow", "scale")
+
+
+def _block_fold(together: list[Group], run: RunNumerics, thresholds: Thresholds) -> Fold:
+    """The ``Fold`` of a block-scaled format's groups: its underflow, the values its scale
+    rule saturates and its blocks whose scale clamps, each with the numbers of all its
+    tensors."""
+    by_kind: dict[str, list] = {}
+    for g in together:
+        by_kind.setdefault(g.kind, []).extend(g.findings)
+    for members in by_kind.values():
+        members.sort(key=lambda f: (f.step, run.rank_of(f.tensor_type, f.name)))
+    format_name = together[0].format
+    lead = f"{format_name}, block-scaled (what it would lose)"
+    parts = []
+    if "underflow" in by_kind:
+        parts.append(underflow_sentence(by_kind["underflow"], [], run, thresholds, lead=lead))
+    for kind, what in (
+        ("overflow", "round{s} values down to their block's largest element value"),
+        ("scale", "ha{ve} blocks whose scale clamps"),
+    ):
+        members = by_kind.get(kind)
+        if not members:
+            continue
+        n = len({(f.tensor_type, f.name) for f in members})
+        verb = what.format(s="" if n > 1 else "s", ve="ve" if n > 1 else "s")
+        median = percent(statistics.median(f.value for f in members))
+        part = f"{n} tensor{'s' * (n > 1)} {verb} from step {members[0].step} (median {median}"
+        if kind == "overflow" and block_formats.block_format(format_name).rule == FLOOR:
+            part += f"; {format_name}{block_formats.RCEIL_SUFFIX} saturates none"
+        parts.append(part + ")")
+    if "underflow" not in by_kind:
+        parts[0] = f"{lead}: {parts[0]}"
+    kinds = Counter(g.kind for g in together)
+    count = " and ".join(f"{kinds[k]} {k}" for k in _BLOCK_KINDS if k in kinds)
+    tensors = {(f.tensor_type, f.name) for g in together for f in g.findings}
+    first = min(together, key=lambda g: g.step)
+    worst = min(together, key=lambda g: severity_rank(g.severity))
+    return Fold(
+        run=run.run,
+        step=first.step,
+        kind="underflow" if "underflow" in by_kind else first.kind,
+        severity=worst.severity,
+        format=format_name,
+        tensors=len(tensors),
+        message="; ".join(parts) + f"; {count} groups, one per tensor type",
         groups=tuple(together),
     )
