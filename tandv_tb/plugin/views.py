@@ -211,22 +211,17 @@ def histogram(query: Query, index: RunIndex) -> dict:
     tensor_type = params.text("tensor_type")
     entries = [index.layer(tensor_type, name) for name in params.texts("layer", required=True)]
     step = params.integer("step", low=0, high=MAX_STEP)
-    asked = _formats(params)
-    asked_elements, asked_blocks = fmt.split_formats(tuple(asked))
+    asked_elements, asked_blocks = fmt.split_formats(tuple(_formats(params)))
     listed = []
     for entry in entries:
-        blocks = block_views.layer_block_formats(
-            entry, list(asked_blocks) if asked else None, index.run
-        )
+        blocks = block_views.layer_block_formats(entry, list(asked_blocks) or None, index.run)
         found = query.numerics().record(index.run, entry.tag, step)
         if found is None:
             raise NotFoundError(f"layer {entry.info.name!r} has no readable steps")
         held_step, record = found
         one = LayerSeries.of_record(entry.info, held_step, record)
-        shown = (
-            list(asked_elements)
-            if asked
-            else list(dict.fromkeys([record.dtype, *entry.info.formats, *fmt.DEFAULT_OVERLAYS]))
+        shown = list(asked_elements) or list(
+            dict.fromkeys([record.dtype, *entry.info.formats, *fmt.DEFAULT_OVERLAYS])
         )
         dtype_info = fmt.info(record.dtype)
         item = {

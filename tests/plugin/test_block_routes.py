@@ -170,6 +170,16 @@ def test_histogram_formats_asked(server):
     assert [f["format"] for f in only["formats"]] == ["float8_e5m2"]
     assert [b["format"] for b in only["blocks"]] == ["mxfp4_e2m1:rceil"]
     assert only["blocks"][0]["scale_rule"] == "rceil"
+    elements = ok(
+        server,
+        "histogram",
+        run="blocks",
+        tensor_type="Activation",
+        layer="spiky",
+        format="bfloat16",
+    )["layers"][0]
+    assert [f["format"] for f in elements["formats"]] == ["bfloat16"]
+    assert [b["format"] for b in elements["blocks"]] == list(BLOCKS)  # none named: every one
     plain = ok(server, "histogram", run="plain", tensor_type="Activation", layer="spiky")
     assert plain["layers"][0]["blocks"] == []
 
