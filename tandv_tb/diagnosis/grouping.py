@@ -285,9 +285,10 @@ def _types(members: list[Finding], totals: dict[str, int]) -> str:
     ordered = sorted(counts, key=lambda t: execution_key(t, 0, ""))
     every = [t for t in ordered if counts[t] >= totals.get(t, 0)]
     some = [f"{counts[t]} of {totals[t]} {t}" for t in ordered if t not in every]
-    listed = [f"every {_and(every)}"] if every else []
+    listed = [f"every {and_join(every)}"] if every else []
     return ", ".join(listed + some)
 
 
-def _and(words: list[str]) -> str:
+def and_join(words: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

@@ -7,7 +7,7 @@ their small values to zero (``underflow``) in every healthy training: that is wh
 scaling exists, and the run's grouped ``underflow`` row says it. A block-scaled format
 (``tandv_tb.block_formats``) is recorded to tell what it would do to the tensors of a
 training that runs in another dtype: what it loses (a block's small values to zero, the
-values its scale rule saturates, blocks whose scale clamps) is told per run and format,
+values its scale rule saturates, blocks whose scale clamps) is told per run (``folding``),
 and none of it is the training's first problem. Measured on the demo's model, FP4
 elements (``mxfp4_e2m1``, ``nvfp4``) lose a median 5-20% of a tensor's non-zero values to
 zero, and OCP's scale rule saturates about 1% of the values of every tensor in

@@ -410,6 +410,7 @@ export interface FindingFold {
   step: number;
   kind: string;
   severity: "error" | "warning" | "info";
+  /** Its format, or its formats separated by ", ". */
   format: string;
   tensors: number;
   message: string;

@@ -2,8 +2,8 @@
 in ``mxfp4_e2m1`` is known tensor by tensor (``tests/helpers/block_runs.py``): which
 tensors underflow, saturate and clamp, with the shares the engine records; overflow never
 for ``:rceil`` and never an error; grouped like the element formats; never a headline, and
-folded into one line per run and block format in the default view, on the command line
-and in the plugin's route."""
+folded into one line per run for all its block formats in the default view, on the
+command line and in the plugin's route."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ from tandv_tb.diagnosis import find
 from tandv_tb.diagnosis.base import Thresholds, percent
 from tandv_tb.diagnosis.folding import Fold
 from tandv_tb.stats import tensor_stats
-from tests.helpers.block_runs import BLOCKS, FORMATS, STEPS, tensor, write_block_run
+from tandv_tb.writer import NumericsWriter
+from tests.helpers.block_runs import (
+    ACTIVATIONS,
+    BLOCKS,
+    FORMATS,
+    STEPS,
+    tensor,
+    write_block_run,
+)
 from tests.helpers.findings_cli import cli, cli_json
 from tests.helpers.findings_groups import check_groups, format_named
 from tests.helpers.plugin import TensorBoardProcess
@@ -98,6 +106,14 @@ def test_a_later_start_agrees_with_the_crafted_counts_at_every_step(logdir, ever
         assert row.message.endswith(f"({share} at step {STEPS[-1]})"), row.message
 
 
+def blocks_of(fold: Fold) -> dict[str, list]:
+    """The groups of a fold by format, in the fold's order."""
+    by_format: dict[str, list] = {}
+    for g in fold.groups:
+        by_format.setdefault(g.format, []).append(g)
+    return by_format
+
+
 def test_block_findings_are_grouped_never_a_headline_and_folded(logdir):
     found = find(logdir, cache_dir=logdir.parent / "cache", thresholds=Thresholds())
     (headline,) = found.headlines
@@ -111,21 +127,48 @@ def test_block_findings_are_grouped_never_a_headline_and_folded(logdir):
         ("Activation", 2),
         ("Gradient", 1),
     ]
-    folds = {row.format: row for row in found.view if isinstance(row, Fold)}
-    assert set(folds) == {"float8_e4m3fn", MX, f"{MX}:rceil", "nvfp4"}
-    mx = folds[MX]
-    assert {g.kind for g in mx.groups} == {"underflow", "overflow", "scale"}
-    assert mx.tensors == 5  # spiky, tiny, saturating, normal and the Gradient
-    assert mx.message.startswith(f"{MX}, block-scaled (what it would lose): 4 of 6 tensors")
-    assert "3 tensors round values down to their block's largest element value" in mx.message
-    assert f"{MX}:rceil saturates none" in mx.message
-    assert "1 tensor has blocks whose scale clamps" in mx.message
-    assert mx.message.endswith("2 underflow and 2 overflow and 1 scale groups, one per tensor type")
-    lone = [g for g in found.view if not isinstance(g, Fold) and g.format == "mxfp8_e4m3:rceil"]
-    assert [g.kind for g in lone] == ["scale"]  # a lone group stays itself
+    folds = [row for row in found.view if isinstance(row, Fold)]
+    blocks = folds[1]
+    assert [fold.format for fold in folds] == ["float8_e4m3fn", ", ".join(blocks_of(blocks))]
+    by_format = blocks_of(blocks)
+    # every block format's groups, a lone one too (mxfp8_e4m3:rceil clamps, nothing else)
+    assert set(by_format) == {MX, f"{MX}:rceil", "nvfp4", "mxfp8_e4m3:rceil"}
+    assert {g.kind for g in by_format[MX]} == {"underflow", "overflow", "scale"}
+    assert [g.kind for g in by_format["mxfp8_e4m3:rceil"]] == ["scale"]
+    assert len(blocks.groups) == len([g for g in groups if format_named(g["message"]) in by_format])
+    # every tensor with a block finding: spiky, tiny, saturating, normal and the Gradient
+    assert blocks.tensors == 5
+    names = ", ".join(by_format)
+    names = names[: names.rindex(", ")] + " and " + names[names.rindex(", ") + 2 :]
+    assert blocks.message.startswith(
+        f"{names}, block-scaled (what they would lose): {MX}: 4 of 6 tensors"
+    )
+    mx = blocks.message[blocks.message.index(f"{MX}: ") : blocks.message.index(f"; {MX}:rceil: ")]
+    assert "3 tensors round values down to their block's largest element value" in mx
+    assert f"{MX}:rceil saturates none" in mx
+    assert "1 tensor has blocks whose scale clamps" in mx
+    assert "; mxfp8_e4m3:rceil: 1 tensor has blocks whose scale clamps" in blocks.message
+    kinds = [g.kind for g in blocks.groups]
+    counts = " and ".join(
+        f"{kinds.count(k)} {k}" for k in ("underflow", "overflow", "scale") if k in kinds
+    )
+    assert blocks.message.endswith(f"; {counts} groups, one per tensor type")
     printed = cli("findings", str(logdir)).stdout.splitlines()
     assert printed[0].split(maxsplit=1) == ["blocks", "no problem found"]
-    assert sum(f" {MX}, block-scaled (what it would lose): " in line for line in printed) == 1
+    assert sum(", block-scaled (what they would lose): " in line for line in printed) == 1
+    assert not [line for line in printed if "(what it would lose)" in line]
+
+
+def test_a_run_of_one_block_format_folds_into_its_sentence(tmp_path):
+    with NumericsWriter(str(tmp_path / "logs" / "one"), formats=(MX,)) as writer:
+        for step in STEPS:
+            for name in ACTIVATIONS:
+                writer.add_numerics(name, tensor(name, step), step)
+    found = find(tmp_path / "logs", cache_dir=tmp_path / "cache")
+    (fold,) = [row for row in found.view if isinstance(row, Fold)]
+    assert fold.format == MX and {g.kind for g in fold.groups} == {"underflow", "overflow", "scale"}
+    assert fold.message.startswith(f"{MX}, block-scaled (what it would lose): 3 of 5 Activation")
+    assert "; 1 tensor has blocks whose scale clamps from step 0 (median 100%); " in fold.message
 
 
 def test_the_route_shows_where_a_block_finding_is(logdir):
@@ -141,8 +184,11 @@ def test_the_route_shows_where_a_block_finding_is(logdir):
     assert shown[("scale", MX, "tiny")]["metric"] == "clamped_block_fraction"
     assert shown[("underflow", MX, "spiky")]["metric"] == "underflow_fraction"
     assert shown[("overflow", MX, "saturating")]["metric"] == "overflow_fraction"
-    folds = {f["format"]: f for f in body["folds"]}
-    assert set(folds) == {"float8_e4m3fn", MX, f"{MX}:rceil", "nvfp4"}
-    grouped = [body["groups"][i] for i in folds[MX]["groups"]]
+    grouped = [body["groups"][i] for i in body["folds"][1]["groups"]]
+    formats = ", ".join(
+        dict.fromkeys(body["findings"][g["findings"][0]]["format"] for g in grouped)
+    )
+    assert [f["format"] for f in body["folds"]] == ["float8_e4m3fn", formats]
     assert {g["kind"] for g in grouped} == {"underflow", "overflow", "scale"}
+    assert set(formats.split(", ")) == {MX, f"{MX}:rceil", "nvfp4", "mxfp8_e4m3:rceil"}
     assert set(BLOCKS) >= {f["format"] for f in body["findings"] if f["format"] != "float8_e4m3fn"}
