@@ -27,11 +27,15 @@ with ``track_inputs=True`` (module inputs and their gradients as well): two trac
 ``every=3`` and offsets take turns, so consecutive steps are plain, tracked, tracked with
 inputs, plain, ... (on a loaded machine whose speed drifts, the finest interleaving).
 
+``--blocks F,G`` times plain training, tracking every step and tracking every step with
+the block-scaled formats F and G (``formats=``), interleaved in rounds, and prints what the
+formats add to tracking, as a share of a plain step (wall and the process's CPU time).
+
 ``--memory`` also trains a small model for 2,000 tracked steps and prints the resident
 memory after 100 and after 2,000 steps (the tracker must keep nothing across steps).
 
 Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--watch]
-[--track-inputs] [--memory]``
+[--track-inputs] [--blocks F,G] [--memory]``
 """
 
 from __future__ import annotations
@@ -155,6 +159,42 @@ def overhead(rounds: int, steps: int, variants: tuple[str, ...] = VARIANTS) -> d
                 with floor_hooks(model, optimizer) as at_step:
                     times[FLOOR] += timed(lambda: (train(), at_step()), steps)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def blocks_overhead(
+    rounds: int, steps: int, formats: tuple[str, ...]
+) -> dict[str, tuple[float, float]]:
+    """Median (wall, process CPU) seconds a step of plain training, of tracking every step
+    and of tracking every step with block ``formats``, the three taking turns in rounds."""
+    model, optimizer = make_model()
+    kinds = {
+        "plain": None,
+        "track every step": (),
+        f"track every step, {'+'.join(formats)}": formats,
+    }
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in kinds}
+
+    def train() -> None:
+        train_step(model, optimizer)
+
+    for _ in range(3):
+        train()
+    with tempfile.TemporaryDirectory() as logdir:
+        for round_ in range(rounds):
+            for name, chosen in kinds.items():
+                if chosen is None:
+                    times[name] += [wall_and_cpu(train) for _ in range(steps)]
+                    continue
+                run = f"{logdir}/{len(chosen)}-{round_}"
+                with track(model, logdir=run, optimizer=optimizer, formats=chosen) as tracker:
+                    train(), tracker.step()  # the first step compiles what the formats need
+                    times[name] += [
+                        wall_and_cpu(lambda: (train(), tracker.step())) for _ in range(steps)
+                    ]
+    return {
+        name: tuple(statistics.median(part) for part in zip(*values))
+        for name, values in times.items()
+    }
 
 
 def inputs_overhead(rounds: int, steps: int) -> dict[str, float]:
@@ -307,6 +347,10 @@ def main() -> None:
     parser.add_argument(
         "--track-inputs", action="store_true", help="time tracking with track_inputs=True"
     )
+    parser.add_argument(
+        "--blocks", type=lambda text: tuple(text.split(",")), default=(),
+        help="block formats (comma-separated) whose cost on top of tracking to time",
+    )  # fmt: skip
     parser.add_argument("--memory", action="store_true", help="also measure memory")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -327,6 +371,17 @@ def main() -> None:
             f"{watch_s * 1000:.1f} ms wall ({watch_s / (step_s - watch_s):.1%} of the rest), "
             f"{cpu_s * 1000:.1f} ms CPU"
         )
+        return
+    if args.blocks:
+        results = blocks_overhead(args.rounds, args.steps, args.blocks)
+        plain_wall, plain_cpu = results["plain"]
+        for name, (wall, cpu) in results.items():
+            print(f"{name:50s} {wall * 1000:9.1f} ms {wall / plain_wall:6.2f}x   "
+                  f"CPU {cpu * 1000:9.1f} ms {cpu / plain_cpu:6.2f}x")  # fmt: skip
+        (_, tracked), (_, with_blocks) = list(results.items())[1:]
+        added_wall = (with_blocks[0] - tracked[0]) / plain_wall
+        added_cpu = (with_blocks[1] - tracked[1]) / plain_cpu
+        print(f"the block formats add {added_wall:+.3f}x of a plain step (CPU: {added_cpu:+.3f}x)")
         return
     if args.track_inputs:
         results = inputs_overhead(args.rounds, args.steps)

@@ -63,11 +63,12 @@ def baseline_module(rev: str):
 
 def _chunks(run_dir: Path):
     """Every chunk of the run's event files and its rows' format counts."""
-    from tandv_tb.disk.event_reader import event_files, read_chunk
+    from tandv_tb.disk.event_reader import read_chunk
+    from tandv_tb.disk.locations import LocalFolder
     from tandv_tb.disk.tag_table import TagTable
 
     table, chunks = TagTable(), []
-    for name, size in event_files(run_dir).items():
+    for name, size in LocalFolder(str(run_dir)).files(".").items():
         offset = 0
         while offset < size:
             chunk = read_chunk(str(run_dir / name), offset, table, final=True)

@@ -1,22 +1,37 @@
 """``NumericsWriter``: numerics of tensors into TensorBoard event files.
 
-It writes into its own event file (``logdir``, see ``tandv_tb.disk.event_file``) or through a
-user's ``torch.utils.tensorboard.SummaryWriter`` or ``tensorboardX.SummaryWriter`` into the
+It writes into its own event files under ``logdir`` or through a user's
+``torch.utils.tensorboard.SummaryWriter`` or ``tensorboardX.SummaryWriter`` into the
 event file that also holds the user's scalars.
 
-The records of one call (``add_records``: a tracker's whole step) go into one ``Event``
-whose ``Summary`` holds one value per tag. In its own file every event reaches the
-operating system before the call returns, so a killed process loses nothing written and
-leaves a valid event file, at worst ending in a half-written record that readers skip.
-A user's writer queues the event in its own thread; it is flushed at every ``flush()``,
-at ``close()``, at interpreter exit and at least every ``FLUSH_SECS`` (30) seconds.
+The records of one call of ``add_records`` (a tracker's whole step) go into one ``Event``
+whose ``Summary`` holds one value per tag. Records given one at a time (``add_numerics``,
+``add_record``: written by hand, one call per tensor) are gathered per step and written as
+one event when a record of another step comes, at ``flush()``, ``close()``, at
+interpreter exit and at least every ``FLUSH_SECS`` (30) seconds: a step's records are one
+event, as a tracker's are, which readers decode much faster than one event per tensor.
 
-Writing never stops training: a write that fails (disk full, directory removed, a user's
-writer that failed or was closed) warns once with a ``WriteFailureWarning`` naming the
-logdir and the error, and records are dropped until writing works again. Every
-``RETRY_SECS`` seconds the writer tries again, in a new event file of the same logdir (the
-failed one may end in a half-written record); a recovery warns with the number of records
-dropped. Writing is thread-safe: one lock orders every event of a writer.
+Where the events go:
+
+- ``logdir`` a local folder (a path or a ``file://`` URL): one event file, appended with
+  each event (``tandv_tb.disk.event_file``). Every event reaches the operating system when
+  it is written, so a killed process loses nothing written and leaves a valid event file,
+  at worst ending in a half-written record that readers skip.
+- ``logdir`` any other fsspec URL (``s3://``, ``gs://``, ``abfs://``, ...): object stores
+  cannot append, so each flush (``flush()``, ``close()``, interpreter exit, and every
+  ``FLUSH_SECS`` seconds) writes the events since the last one as a new event file object
+  of the run, whose names sort in write order (``tandv_tb.disk.event_objects``). A killed
+  process loses what it recorded since the last flush: at most ``FLUSH_SECS`` seconds.
+- A user's writer queues the event in its own thread; it is flushed at every ``flush()``,
+  at ``close()``, at interpreter exit and at least every ``FLUSH_SECS`` seconds.
+
+Writing never stops training: a write that fails (disk full, directory removed, storage
+denied or unreachable, a user's writer that failed or was closed) warns once with a
+``WriteFailureWarning`` naming the logdir and the error, and records are dropped until
+writing works again. Every ``RETRY_SECS`` seconds the writer tries again, in a new event
+file of the same logdir (the failed one may end in a half-written record); a recovery warns
+with the number of records dropped. Writing is thread-safe: one lock orders every event of
+a writer.
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -36,12 +52,15 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tandv_tb import formats as fmt
 from tandv_tb.disk.event_file import EventFile
+from tandv_tb.disk.event_objects import EventObjects
+from tandv_tb.disk.locations import is_url, location
 from tandv_tb.disk.metadata import TagInfo, check_tensor_type
 from tandv_tb.disk.nonfinite_record import NonfiniteEntry, encode_nonfinite
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.summary import numerics_value
 
-#: Longest time data wait in a user's writer before it is flushed to disk.
+#: Longest time records wait before they are flushed: in a user's writer, in a step of
+#: hand-written records, or (object storage) in memory before the next object is written.
 FLUSH_SECS = 30
 #: Seconds between attempts to write again after a write failed.
 RETRY_SECS = 30
@@ -64,6 +83,13 @@ def _check_step(step: object) -> int:
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     return int(step)
+
+
+def _check_item(item: RecordItem) -> None:
+    _check_name(item.name)
+    check_tensor_type(item.tensor_type)
+    if not isinstance(item.record, NumericsRecord):
+        raise TypeError(f"record must be a NumericsRecord, got {type(item.record).__name__}")
 
 
 def check_float_tensor(tensor: object) -> None:
@@ -136,6 +162,32 @@ class _Failure:
         return self.dropped
 
 
+def _close_before_executors_stop(writer: NumericsWriter) -> None:
+    """Close ``writer`` at interpreter exit before ``concurrent.futures`` stops taking work:
+    fsspec's filesystems (aiohttp) resolve names on an executor, so the last object of a
+    writer closed by ``atexit`` (later) could not be written. A weak reference: a writer
+    closed and dropped before is not kept alive."""
+    # Private, pinned by tests/project/test_private_api_pins.py: Python's own hook for
+    # what must run before executors shut down (concurrent.futures registers there too).
+    ref = weakref.ref(writer)
+
+    def close() -> None:
+        found = ref()
+        if found is not None:
+            found.close()
+
+    threading._register_atexit(close)
+
+
+def _event_sink(logdir: str) -> EventFile | EventObjects:
+    """Where a writer of its own puts its events: a local folder (a path or ``file://``)
+    appends to one event file, any other URL writes a new object per flush."""
+    if not is_url(logdir) or logdir.startswith("file://"):
+        where = location(logdir)
+        return EventFile(where.root)
+    return EventObjects(logdir)
+
+
 class RecordItem(NamedTuple):
     """One record for ``NumericsWriter.add_records``, with ``add_record``'s arguments."""
 
@@ -166,9 +218,10 @@ class NumericsWriter:
         self._described: set[tuple[str, str]] = set()  # tags whose metadata were written
         self._failure = _Failure()
         self._closed = False
-        self._timer: _PeriodicFlush | None = None
+        self._step_records: list[RecordItem] = []  # hand-written records of one step
+        self._records_step = 0
         if writer is None:
-            self._events = EventFile(os.fspath(logdir))
+            self._events = _event_sink(os.fspath(logdir))
             self._user_writer = None
             self._kind = "own"
         else:
@@ -182,13 +235,15 @@ class NumericsWriter:
             self._events = None
             self._user_writer = writer
             self._kind = kind
-            self._timer = _PeriodicFlush(writer.flush, FLUSH_SECS)
+        self._timer = _PeriodicFlush(self.flush, FLUSH_SECS)
         self._where = self.logdir
         atexit.register(self.close)
+        if isinstance(self._events, EventObjects):
+            _close_before_executors_stop(self)
 
     @property
     def logdir(self) -> str:
-        """The directory of the event file written to."""
+        """The directory (or URL) of the event files written to."""
         if self._events is not None:
             return self._events.logdir
         if self._kind == "torch":
@@ -222,8 +277,18 @@ class NumericsWriter:
     ) -> None:
         """Record statistics computed elsewhere. ``order`` defaults to the first-seen
         order of tags in this writer; ``module_type`` and ``order`` are fixed by a tag's
-        first record."""
-        self.add_records(step, [RecordItem(name, record, tensor_type, module_type, order)])
+        first record. Gathered with the other records of the step into one event (see
+        the module's doc)."""
+        step = _check_step(step)
+        item = RecordItem(name, record, tensor_type, module_type, order)
+        _check_item(item)
+        with self._lock:
+            if self._closed:
+                raise ValueError("this NumericsWriter is closed")
+            if self._step_records and step != self._records_step:
+                self._write_step_records()
+            self._records_step = step
+            self._step_records.append(item)
 
     def add_nonfinite(self, step: int, entries: Iterable[NonfiniteEntry]) -> None:
         """Record the tensors found holding NaN/Inf at ``step`` (in execution order; see
@@ -241,33 +306,40 @@ class NumericsWriter:
         extra = [encode_nonfinite(nonfinite)] if nonfinite else []
         items = list(items)
         for item in items:
-            _check_name(item.name)
-            check_tensor_type(item.tensor_type)
-            if not isinstance(item.record, NumericsRecord):
-                raise TypeError(
-                    f"record must be a NumericsRecord, got {type(item.record).__name__}"
-                )
+            _check_item(item)
         with self._lock:
             if self._closed:
                 raise ValueError("this NumericsWriter is closed")
-            keys, values = [], []
-            for item in items:
-                key = (item.tensor_type, item.name)
-                info = self._tags.get(key)
-                if info is None:
-                    info = self._tags[key] = TagInfo(
-                        name=item.name,
-                        tensor_type=item.tensor_type,
-                        module_type=item.module_type or "",
-                        order=len(self._tags) if item.order is None else int(item.order),
-                        formats=tuple(item.record.underflow),
-                        block_formats=tuple(item.record.blocks),
-                    )
-                values.append(numerics_value(info, item.record, key not in self._described))
-                keys.append(key)
-            values += extra
-            if values and self._write(summary_pb2.Summary(value=values), step, len(values)):
-                self._described.update(keys)
+            self._write_step_records()
+            self._write_items(step, items, extra)
+
+    def _write_step_records(self) -> None:
+        """Write the hand-written records of the current step as one event (under the
+        lock)."""
+        if self._step_records:
+            items, self._step_records = self._step_records, []
+            self._write_items(self._records_step, items, [])
+
+    def _write_items(self, step: int, items: list[RecordItem], extra: list) -> None:
+        """One event of ``items`` and ``extra`` values at ``step`` (under the lock)."""
+        keys, values = [], []
+        for item in items:
+            key = (item.tensor_type, item.name)
+            info = self._tags.get(key)
+            if info is None:
+                info = self._tags[key] = TagInfo(
+                    name=item.name,
+                    tensor_type=item.tensor_type,
+                    module_type=item.module_type or "",
+                    order=len(self._tags) if item.order is None else int(item.order),
+                    formats=tuple(item.record.underflow),
+                    block_formats=tuple(item.record.blocks),
+                )
+            values.append(numerics_value(info, item.record, key not in self._described))
+            keys.append(key)
+        values += extra
+        if values and self._write(summary_pb2.Summary(value=values), step, len(values)):
+            self._described.update(keys)
 
     def _write(self, summary: summary_pb2.Summary, step: int, records: int) -> bool:
         """Write one summary of ``records`` records; False where it was dropped (writing
@@ -298,7 +370,7 @@ class NumericsWriter:
         if self._kind != "own":
             return True  # a user's writer is simply tried again
         try:
-            self._events = EventFile(self._where)
+            self._events = _event_sink(self._where)
         except Exception as error:
             self._fail(error, records)
             return False
@@ -319,7 +391,12 @@ class NumericsWriter:
 
     def _emit(self, summary: summary_pb2.Summary, step: int) -> None:
         if self._kind == "own":
-            self._events.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+            event = event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
+            try:
+                self._events.write(event)
+            except Exception:
+                self._drop_kept()  # object storage: what was kept is lost with this write
+                raise
             return
         # Private, pinned by tests/project/test_private_api_pins.py: neither SummaryWriter has a
         # public method that writes a Summary proto, and a second event file of our own in
@@ -335,15 +412,34 @@ class NumericsWriter:
         file_writer.add_summary(summary, step, time.time())
 
     def flush(self) -> None:
-        """Write everything recorded so far to disk: a user's writer is flushed (a failed
-        one warns, as at a write); the own event file holds every event already."""
+        """Write everything recorded so far: the step of hand-written records, then a
+        user's writer is flushed, or the events kept for object storage are written as a
+        new object (a failure warns, as at a write)."""
         with self._lock:
-            if self._closed or self._failure.active or self._user_writer is None:
+            if self._closed:
                 return
-            try:
+            self._flush()
+
+    def _flush(self) -> None:
+        """``flush`` under the lock."""
+        self._write_step_records()
+        if self._failure.active:
+            return
+        try:
+            if self._user_writer is not None:
                 self._user_writer.flush()
-            except Exception as error:  # tracking never stops training
-                self._fail(error)
+            elif isinstance(self._events, EventObjects):
+                self._events.flush()
+        except Exception as error:  # tracking never stops training
+            self._fail(error, self._drop_kept())
+
+    def _drop_kept(self) -> int:
+        """Forget the events kept for object storage (their write failed): how many."""
+        if not isinstance(self._events, EventObjects):
+            return 0
+        kept = self._events.pending_events
+        self._events.discard()
+        return kept
 
     def close(self) -> None:
         """Flush (a user's writer is flushed, not closed); no more records are taken.
@@ -352,9 +448,11 @@ class NumericsWriter:
             if self._closed:
                 return
             self._closed = True
+            self._write_step_records()
+            if self._user_writer is None:
+                self._flush()
         atexit.unregister(self.close)
-        if self._timer is not None:
-            self._timer.stop()
+        self._timer.stop()
         if self._user_writer is not None:
             with contextlib.suppress(Exception):  # closed by its owner: it flushed then
                 self._user_writer.flush()

@@ -46,16 +46,19 @@ def find(
     cache_dir: str | os.PathLike | None = None,
     thresholds: Thresholds = _DEFAULTS,
 ) -> Diagnosis:
-    """The ``engine.Diagnosis`` of the runs under ``logdir`` (what ``findings`` and the
-    command line build on): every run, or ``run``, or the two runs of ``compare`` compared
-    whatever they share. ``FileNotFoundError`` for a missing logdir, ``ValueError`` for an
-    unknown run or a bad pair."""
+    """The ``engine.Diagnosis`` of the runs under ``logdir`` (a path or any fsspec URL; what
+    ``findings`` and the command line build on): every run, or ``run``, or the two runs of
+    ``compare`` compared whatever they share. ``FileNotFoundError`` for a missing logdir,
+    ``ValueError`` for an unknown run or a bad pair, ``tandv_tb.disk.locations.StorageError``
+    for storage that cannot be read."""
     from tandv_tb.diagnosis.engine import diagnose
+    from tandv_tb.disk.locations import public_url
     from tandv_tb.store import NumericsStore
+    from tandv_tb.store.logdir import Logdir
 
-    root = os.fspath(logdir)
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"no such log directory: {root!r}")
+    root = Logdir.of(logdir)
+    if not root.exists():
+        raise FileNotFoundError(f"no such log directory: {public_url(root.root)!r}")
     if run is not None and compare is not None:
         raise ValueError("give either run or compare, not both")
     if compare is not None and (len(compare) != 2 or compare[0] == compare[1]):
@@ -66,7 +69,8 @@ def find(
         asked = [run] if run is not None else list(compare or runs)
         for name in asked:
             if name not in runs:
-                raise ValueError(f"no run {name!r} under {root!r}; runs: {runs}")
+                where = public_url(root.root)
+                raise ValueError(f"no run {name!r} under {where!r}; runs: {runs}")
             db.refresh(name)
         return diagnose(db, asked, thresholds, tuple(compare) if compare else None)
     finally:

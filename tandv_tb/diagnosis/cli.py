@@ -1,5 +1,6 @@
 """The command line: ``tandv-tb findings LOGDIR [--run R | --compare RUN_A RUN_B]
-[--groups | --all] [--json] [--fail-on LEVEL]``.
+[--groups | --all] [--json] [--fail-on LEVEL]`` (``LOGDIR`` a folder or any fsspec URL:
+``s3://bucket/runs``).
 
 Prints each run's headline, then the grouped findings as a table, then which runs were
 compared: a logdir's story on one screen. The table folds what is expected of a format
@@ -7,12 +8,12 @@ compared: a logdir's story on one screen. The table folds what is expected of a 
 a block-scaled format: ``folding``) into one line per run for its element formats and one
 for its block formats; ``--groups`` prints every group instead, ``--all`` one finding per
 tensor. ``--json`` prints a JSON list of objects (``value`` null where it is NaN): every
-group with its ``tensors`` count and the ``findings`` it stands for, or with ``--all`` one
-object per finding, with the columns of ``tandv_tb.findings`` (the folding is only a way of
-printing). Exits 1 when a finding at or above ``--fail-on`` (default ``error``) exists,
-else 0, so a pipeline can gate on it. Bad arguments, a missing logdir or an unknown run
-exit 2 with one line on stderr. Imports are kept to what the findings need (no pandas,
-torch or jax).
+group with its ``tensors`` count and the ``findings`` it stands for, or with ``--all``
+one object per finding, with the columns of ``tandv_tb.findings`` (the folding is only a
+way of printing). Exits 1 when a finding at or above ``--fail-on`` (default ``error``)
+exists, else 0, so a pipeline can gate on it. Bad arguments, a missing logdir, storage
+that cannot be read (denied, unreachable) or an unknown run exit 2 with one line on
+stderr. Imports are kept to what the findings need (no pandas, torch or jax).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         "or with --all every finding). Exit status: 1 when a finding at or above "
         "--fail-on exists, else 0; 2 for bad arguments or a missing logdir.",
     )
-    findings.add_argument("logdir", metavar="LOGDIR")
+    findings.add_argument("logdir", metavar="LOGDIR", help="a folder or a URL (s3://, gs://, ...)")
     findings.add_argument("--run", metavar="R", help="only this run (as TensorBoard names it)")
     findings.add_argument(
         "--compare",
@@ -183,10 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         print(usage, file=sys.stderr)
         return 2
     from tandv_tb.diagnosis import find
+    from tandv_tb.disk.locations import StorageError
 
     try:
         found = find(args.logdir, run=args.run, compare=args.compare)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as error:
+    except (FileNotFoundError, NotADirectoryError, ValueError, StorageError) as error:
         print(f"{PROG} findings: {error}", file=sys.stderr)
         return 2
     shown = "all" if args.all else "groups" if args.groups else "view"

@@ -48,21 +48,26 @@ class Chunk:
 
 
 class ChunkValues:
-    """The numerics values of a chunk as they are met, turned into arrays at the end: taken
-    from the scan (byte ranges of ``buffer``) or from protobuf (bytes of their own)."""
+    """The numerics values of a chunk, turned into arrays at the end in file order (by the
+    event each came from): taken from the scan (byte ranges of ``buffer``, many events at
+    once) or from protobuf (bytes of their own, one event at a time, ``event``)."""
 
     def __init__(self, buffer: np.ndarray, file_offset: int) -> None:
         self.buffer = buffer
         self.file_offset = file_offset  # where ``buffer`` starts in the file
-        self.parts: list[tuple[np.ndarray, ...]] = []  # (tags, steps, walls, starts, sizes)
+        self.event = 0  # the event being parsed with protobuf (its index in the chunk)
+        #: (events, tags, steps, walls, starts, sizes) of values, per value
+        self.parts: list[tuple[np.ndarray, ...]] = []
         self.extra: list[bytes] = []  # contents of values parsed with protobuf
         self.extra_size = 0
         self.nonfinite: list[tuple[int, list[NonfiniteEntry]]] = []
         self.scalars: list[tuple[str, int, float, float]] = []
 
-    def add_fast(self, tags, starts, sizes, step: int, wall_time: float) -> None:
-        n = len(tags)
-        self.parts.append((tags, np.full(n, step, np.int64), np.full(n, wall_time), starts, sizes))
+    def add_fast(self, events, tags, steps, walls, starts, sizes) -> None:
+        """Values found by the scan: per value its event, tag, step, wall time and where
+        its vector lies in ``buffer``."""
+        if len(tags):
+            self.parts.append((events, tags, steps, walls, starts, sizes))
 
     def _add_parsed(self, index: int, step: int, wall_time: float, content: bytes | None):
         start = len(self.buffer) + self.extra_size
@@ -72,12 +77,23 @@ class ChunkValues:
             self.extra_size += len(content)
         one = np.array
         self.parts.append(
-            (one([index]), one([step], np.int64), one([wall_time]), one([start]), one([size]))
+            (
+                one([self.event]),
+                one([index]),
+                one([step], np.int64),
+                one([wall_time]),
+                one([start]),
+                one([size]),
+            )
         )
 
-    def add_event(self, event, table: TagTable, path: str, problems: list[str]) -> None:
+    def add_event(
+        self, event, table: TagTable, path: str, problems: list[str], later: frozenset = frozenset()
+    ) -> None:
+        """The values of an event parsed with protobuf; tags in ``later`` were registered
+        by a later event of the chunk, so are not known yet here."""
         for value in event.summary.value:
-            index = table.index(value.tag)
+            index = None if value.tag in later else table.index(value.tag)
             if index is None and value.HasField("metadata"):
                 plugin = value.metadata.plugin_data
                 if plugin.plugin_name != PLUGIN_NAME:
@@ -132,7 +148,14 @@ class ChunkValues:
 
     def chunk(self, end: int, problems: list[str]) -> Chunk:
         if self.parts:
-            tags, steps, walls, starts, sizes = (np.concatenate(c) for c in zip(*self.parts))
+            events, tags, steps, walls, starts, sizes = (
+                np.concatenate(c) for c in zip(*self.parts)
+            )
+            if len(self.parts) > 1 and (np.diff(events) < 0).any():
+                order = np.argsort(events, kind="stable")
+                tags, steps, walls, starts, sizes = (
+                    c[order] for c in (tags, steps, walls, starts, sizes)
+                )
         else:
             tags, steps, walls, starts, sizes = (np.zeros(0, np.int64) for _ in range(5))
         source = self.buffer

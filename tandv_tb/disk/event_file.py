@@ -28,6 +28,16 @@ _SEQUENCE = itertools.count()
 FILE_VERSION = "brain.Event:2"
 
 
+def file_name_stem() -> str:
+    """``events.out.tfevents.<time>.<host>.<pid>.<n>``: TensorBoard's name for a new event
+    file, ``n`` counted in this process (so that two files made in the same second by the
+    same process never take one name)."""
+    return (
+        f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
+        f"{os.getpid()}.{next(_SEQUENCE)}"
+    )
+
+
 class EventFile:
     """A new event file in ``logdir`` (created with the directory if need be), named as
     TensorBoard names its own plus a suffix, ``events.out.tfevents.<time>.<host>.<pid>.<n>
@@ -36,10 +46,7 @@ class EventFile:
 
     def __init__(self, logdir: str) -> None:
         os.makedirs(logdir, exist_ok=True)
-        name = (
-            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
-            f"{os.getpid()}.{next(_SEQUENCE)}.tandv"
-        )
+        name = file_name_stem() + ".tandv"
         self.logdir = logdir
         self.path = os.path.join(logdir, name)
         with open(self.path, "xb"):

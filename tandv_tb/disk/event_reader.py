@@ -27,10 +27,9 @@ the steps of the readable records around it. A refused tag is described once per
 
 from __future__ import annotations
 
-import contextlib
+import bisect
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -39,6 +38,7 @@ from tensorboard.compat.proto import event_pb2
 from tandv_tb.disk import framing
 from tandv_tb.disk.chunk_values import Chunk, ChunkValues
 from tandv_tb.disk.framing import Damage
+from tandv_tb.disk.locations import ByteSource, LocalBytes, location, public_url
 from tandv_tb.disk.tag_table import TagTable
 
 #: Bytes read from a file at a time: a big file is read in pieces of about this size
@@ -51,115 +51,137 @@ class DataWarning(UserWarning):
 
 
 def read_chunk(
-    path: str, offset: int, table: TagTable, *, final: bool, max_bytes: int = CHUNK_BYTES
+    source: str | ByteSource,
+    offset: int,
+    table: TagTable,
+    *,
+    final: bool,
+    max_bytes: int = CHUNK_BYTES,
 ) -> Chunk:
-    """The numerics values of the file at ``path`` from byte ``offset`` on (up to about
-    ``max_bytes``, always at least one whole record). With ``final`` the file is taken as
-    complete, so a cut-short last record is damage rather than unfinished."""
+    """The numerics values of a file (a local path, or a ``locations.ByteSource``: a remote
+    object read by range) from byte ``offset`` on (up to about ``max_bytes``, always at
+    least one whole record). With ``final`` the file is taken as complete, so a cut-short
+    last record is damage rather than unfinished."""
     from tandv_tb.disk.fast_events import FastEvents  # numba: loaded on the first read
 
+    if isinstance(source, str):
+        source = LocalBytes(source)
+    path = source.name
     problems: list[str] = []
     try:
-        with open(path, "rb") as file:
-            file.seek(offset)
-            data = file.read(max_bytes)
-            if len(data) >= max_bytes and framing.record_end(data, 0) is None:
-                data += framing.rest_of_first_record(file, data)
-            at_end = not file.read(1)
+        data = source.read(offset, max_bytes)
+        if len(data) >= max_bytes and framing.record_end(data, 0) is None:
+            need = framing.first_record_size(data)
+            if need > len(data):
+                data += source.read(offset + len(data), need - len(data))
+        # only a file taken as complete asks whether it ends here (a request, remotely)
+        at_end = final and (len(data) < max_bytes or not source.read(offset + len(data), 1))
     except OSError as error:
         return _empty(offset, [f"{path}: skipped the file, it cannot be read ({error})"])
-    frames = list(framing.frames(data, final and at_end))
-    consumed = frames.pop()
     buffer = np.frombuffer(data, dtype=np.uint8)
-    bodies = [item for item in frames if not isinstance(item, Damage)]
-    fast = FastEvents(buffer, bodies, table)
+    starts, ends, damages, consumed = _records(buffer, data, at_end)
+    fast = FastEvents(buffer, starts, ends, table)
     values = ChunkValues(buffer, offset)
-    pending: list[Damage] = []  # reported once the next readable step is known
-    step: int | None = None
-    for item in frames:
-        if isinstance(item, Damage):
-            pending.append(item)
+    taken = fast.take_all(values)
+    steps: list[int | None] = fast.steps.tolist()  # None: unreadable
+    notes: list[tuple[float, str | Damage]] = []  # (where, problem), where: event index
+    last_registration = max(fast.registered.values(), default=-1)
+    for index in np.flatnonzero(~taken).tolist():
+        start, end = int(starts[index]), int(ends[index])
+        try:
+            event = event_pb2.Event.FromString(data[start:end])
+        except DecodeError:
+            steps[index] = None
+            notes.append((index, "not an event"))
             continue
-        event = None
-        event_step = fast.take(values)
-        if event_step is None:
-            try:
-                event = event_pb2.Event.FromString(data[item[0] : item[1]])
-            except DecodeError:
-                problems.append(
-                    f"{path}: skipped an event that is not a valid Event proto (after step {step})"
-                )
-                continue
-            event_step = event.step
-        for damage in pending:
-            problems.append(_damage_text(path, offset, damage, step, event_step))
-        pending, step = [], event_step
-        if event is not None:
-            values.add_event(event, table, path, problems)
+        steps[index] = event.step
+        later = frozenset()
+        if index < last_registration:
+            later = frozenset(table.names[t] for t, at in fast.registered.items() if at > index)
+        values.event = index
+        found: list[str] = []
+        values.add_event(event, table, path, found, later)
+        notes += [(index, text) for text in found]
+    notes += [(position - 0.5, damage) for position, damage in damages]
     if consumed == 0 and len(data) >= max_bytes:  # a whole piece without a record start
         consumed = len(data) // 2
-        pending.append(Damage(0, consumed, "damaged: no readable record"))
-    for damage in pending:
-        problems.append(_damage_text(path, offset, damage, step, None))
+        notes.append((len(steps), Damage(0, consumed, "damaged: no readable record")))
+    problems += _problem_texts(path, offset, notes, steps)
     return values.chunk(offset + consumed, problems)
 
 
-def is_event_file(name: str) -> bool:
-    """Whether a file of this name is an event file: its name holds "tfevents", as
-    TensorBoard decides (a run is a folder that holds event files of its own)."""
-    return "tfevents" in name
+def _records(buffer: np.ndarray, data: bytes, final: bool):
+    """``(starts, ends, damages, consumed)``: the data ranges of the whole records of a
+    piece, each ``Damage`` with the number of records before it, and where reading
+    stopped. The records are walked in compiled code up to the first that is not whole
+    and valid, then by ``framing.frames`` (which defines damage) from there."""
+    from tandv_tb.disk.fast_framing import whole_records
+
+    starts, ends, stop = whole_records(buffer)
+    if stop >= len(data):
+        return starts, ends, [], stop
+    more_starts, more_ends, damages = [], [], []
+    found = list(framing.frames(data, final, stop))
+    consumed = found.pop()
+    for item in found:
+        if isinstance(item, Damage):
+            damages.append((len(starts) + len(more_starts), item))
+        else:
+            more_starts.append(item[0])
+            more_ends.append(item[1])
+    if more_starts:
+        starts = np.concatenate([starts, np.array(more_starts, dtype=np.int64)])
+        ends = np.concatenate([ends, np.array(more_ends, dtype=np.int64)])
+    return starts, ends, damages, consumed
 
 
-def event_files(directory: Path) -> dict[str, int]:
-    """``{name: size}`` of the event files directly in ``directory`` (one run's own), by
-    name; none where the folder cannot be read."""
-    found = {}
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            if is_event_file(entry.name):
-                with contextlib.suppress(OSError):
-                    if entry.is_file():
-                        found[entry.name] = entry.stat().st_size
-    return dict(sorted(found.items()))
+def _problem_texts(path: str, base: int, notes: list, steps: list[int | None]) -> list[str]:
+    """The problems of a piece in file order: each damage named with the steps of the
+    readable events around it, each event that is not an ``Event`` proto with the step
+    before it."""
+    readable = [i for i, step in enumerate(steps) if step is not None]
+    texts = []
+    for where, note in sorted(notes, key=lambda item: item[0]):
+        at = bisect.bisect_left(readable, where)
+        before = steps[readable[at - 1]] if at > 0 else None
+        if isinstance(note, Damage):
+            after = steps[readable[at]] if at < len(readable) else None
+            texts.append(_damage_text(path, base, note, before, after))
+        elif note == "not an event":
+            texts.append(
+                f"{path}: skipped an event that is not a valid Event proto (after step {before})"
+            )
+        else:
+            texts.append(note)
+    return texts
 
 
-def event_runs(logdir: Path) -> dict[str, list[Path]]:
-    """Event files by run, the run named as TensorBoard names it ("." for logdir)."""
-    runs: dict[str, list[Path]] = {}
-    for directory, subdirs, files in os.walk(logdir):
-        subdirs.sort()
-        events = sorted(f for f in files if is_event_file(f))
-        if events:
-            run = os.path.relpath(directory, logdir).replace(os.sep, "/")
-            runs[run] = [Path(directory) / f for f in events]
-    return runs
-
-
-def select_runs(logdir: str | os.PathLike, run: str | None = None) -> dict[str, list[Path]]:
-    """``event_runs`` of ``logdir``, or of its one ``run``; ``FileNotFoundError`` for a
-    missing logdir, ``ValueError`` naming the runs for an unknown one."""
-    root = Path(logdir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"no such log directory: {str(root)!r}")
-    runs = event_runs(root)
+def select_runs(logdir: str | os.PathLike, run: str | None = None) -> dict[str, list[ByteSource]]:
+    """The event files of every run under ``logdir`` (a path or URL), or of its one
+    ``run``, by run name (as TensorBoard names it) and file name; ``FileNotFoundError`` for
+    a missing logdir, ``ValueError`` naming the runs for an unknown one, ``StorageError``
+    for storage that cannot be read."""
+    where = location(logdir)
+    if not where.exists():
+        raise FileNotFoundError(f"no such log directory: {public_url(where.url)!r}")
+    runs = where.runs()
     if run is not None:
         if run not in runs:
-            raise ValueError(f"no run {run!r} under {str(root)!r}; runs: {sorted(runs)}")
+            raise ValueError(
+                f"no run {run!r} under {public_url(where.url)!r}; runs: {sorted(runs)}"
+            )
         runs = {run: runs[run]}
-    return runs
+    return {name: [where.source(name, f) for f in files] for name, files in runs.items()}
 
 
-def read_file(path: str, table: TagTable) -> Iterator[Chunk]:
+def read_file(source: str | ByteSource, table: TagTable) -> Iterator[Chunk]:
     """A whole event file, taken as complete, a chunk at a time (a file that cannot be
     read gives one chunk that says so)."""
-    try:
-        size = os.stat(path).st_size
-    except OSError as error:
-        yield _empty(0, [f"{path}: skipped the file, it cannot be read ({error})"])
-        return
     offset = 0
-    while offset < size:
-        chunk = read_chunk(path, offset, table, final=True)
+    while True:
+        chunk = read_chunk(source, offset, table, final=True)
+        if chunk.end <= offset and not chunk.problems and not len(chunk):
+            return
         yield chunk
         if chunk.end <= offset:
             return

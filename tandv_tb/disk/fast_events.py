@@ -18,51 +18,68 @@ from tandv_tb.disk.tag_table import TagTable
 
 class FastEvents:
     """The events of a chunk whose values are all numerics stored vectors, read from
-    ``event_scan``'s arrays without protobuf (the others are parsed with protobuf). Events
-    are taken in file order, one per ``take``."""
+    ``event_scan``'s arrays without protobuf, all at once (``take_all``); the others are
+    parsed with protobuf by the caller.
 
-    def __init__(self, buffer: np.ndarray, bodies: list[tuple[int, int]], table: TagTable):
+    A tag is known from its metadata, in its first record: a value counts as known only
+    from the event that registered its tag on (``registered``), as when events are read
+    one by one."""
+
+    def __init__(self, buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, table: TagTable):
         self._table = table
-        self._next = 0
-        starts = np.array([b[0] for b in bodies], dtype=np.int64)
-        ends = np.array([b[1] for b in bodies], dtype=np.int64)
         self._scan = scan = scan_events(buffer, starts, ends)
         self._buffer = buffer
+        self._n_events = len(starts)
         names, self._local = intern_tags(buffer, scan)
         self._names = names
         self._to_table = np.array([_or_minus_one(table.index(n)) for n in names], dtype=np.int64)
-        self._bounds = np.searchsorted(scan.event, np.arange(len(bodies) + 1))
+        self._bounds = np.searchsorted(scan.event, np.arange(len(starts) + 1))
         self._vector = (scan.dtype == types_pb2.DT_UINT8) & (scan.n_dims == 1)
         self._vector &= scan.dim0 == scan.content_len
-        self._numerics = np.zeros(0, dtype=bool)
+        #: table index -> the event that registered it, for tags registered in this chunk
+        self.registered: dict[int, int] = {}
 
-    def take(self, values: ChunkValues) -> int | None:
-        """The step of the next event if its values were taken, else None (parse it)."""
-        event, self._next = self._next, self._next + 1
-        if not self._scan.ok[event]:
-            return None
-        low, high = self._bounds[event], self._bounds[event + 1]
-        tags = self._to_table[self._local[low:high]]
-        if (tags < 0).any():
-            self._register(low, high)
-            tags = self._to_table[self._local[low:high]]
-        if len(self._numerics) < len(self._table):
-            self._numerics = np.array([i is not None for i in self._table.infos], dtype=bool)
-        if (tags < 0).any() or not self._numerics[tags].all() or not self._vector[low:high].all():
-            return None
+    @property
+    def steps(self) -> np.ndarray:
+        """Each event's step (0 for an event the scan declined)."""
+        return self._scan.step
+
+    def take_all(self, values: ChunkValues) -> np.ndarray:
+        """Register the tags of this plugin met in the events (in event order), add the
+        values of every event that needs no protobuf to ``values``; which events were
+        taken (bool per event)."""
         scan = self._scan
+        registered_at = np.full(len(self._names), -1, dtype=np.int64)
+        unknown = self._to_table[self._local] < 0
+        for event in np.unique(scan.event[unknown]).tolist():
+            low, high = self._bounds[event], self._bounds[event + 1]
+            if (self._to_table[self._local[low:high]] < 0).any():
+                for local in self._register(low, high):
+                    registered_at[local] = event
+                    self.registered[int(self._to_table[local])] = event
+        tags = self._to_table[self._local]
+        numerics = np.array([i is not None for i in self._table.infos] + [False], dtype=bool)
+        usable = (tags >= 0) & (scan.event >= registered_at[self._local])
+        usable &= numerics[tags] & self._vector  # tags of -1 read the appended False
+        refused = np.bincount(scan.event[~usable], minlength=self._n_events)
+        taken = scan.ok.astype(bool) & (refused == 0)
+        chosen = np.flatnonzero(taken[scan.event])
+        events = scan.event[chosen]
         values.add_fast(
-            tags,
-            scan.content_start[low:high],
-            scan.content_len[low:high],
-            int(scan.step[event]),
-            float(scan.wall_time[event]),
+            events,
+            tags[chosen],
+            scan.step[events],
+            scan.wall_time[events],
+            scan.content_start[chosen],
+            scan.content_len[chosen],
         )
-        return int(scan.step[event])
+        return taken
 
-    def _register(self, low: int, high: int) -> None:
-        """Register the event's new tags of this plugin from their metadata."""
+    def _register(self, low: int, high: int) -> list[int]:
+        """Register the event's new tags of this plugin from their metadata: their local
+        ids."""
         scan = self._scan
+        found = []
         for value in range(low, high):
             local = self._local[value]
             if self._to_table[local] >= 0 or scan.meta_start[value] < 0:
@@ -77,6 +94,8 @@ class FastEvents:
             if metadata.plugin_data.plugin_name == PLUGIN_NAME:
                 index = self._table.add(self._names[local], metadata.plugin_data.content)
                 self._to_table[local] = index
+                found.append(local)
+        return found
 
 
 def _or_minus_one(index: int | None) -> int:

@@ -84,10 +84,10 @@ def _next_record(data, offset: int) -> int | None:
     return None
 
 
-def frames(data, final: bool):
-    """``(start, end)`` of the data of every valid record, and a ``Damage`` for each gap;
-    finally the offset up to which ``data`` was consumed."""
-    offset, size = 0, len(data)
+def frames(data, final: bool, start: int = 0):
+    """``(start, end)`` of the data of every valid record from ``start`` on, and a
+    ``Damage`` for each gap; finally the offset up to which ``data`` was consumed."""
+    offset, size = start, len(data)
     while offset < size:
         if size - offset < HEADER_BYTES:
             break
@@ -118,10 +118,10 @@ def frames(data, final: bool):
     yield offset
 
 
-def rest_of_first_record(file, data: bytes) -> bytes:
-    """The bytes that complete a first record longer than the piece read, if its header is
-    whole and valid (else none: it is damage, found by the framing)."""
-    if not _header_ok(data, 0):
-        return b""
-    need = _end_of(data, 0)
-    return file.read(need - len(data)) if need > len(data) else b""
+def first_record_size(data: bytes) -> int:
+    """The size of the record starting ``data`` as its header says, if that header is whole
+    and valid (else 0: it is damage, found by the framing); more than ``len(data)`` where
+    the record goes on past the piece read."""
+    if len(data) < HEADER_BYTES or not _header_ok(data, 0):
+        return 0
+    return _end_of(data, 0)

@@ -29,8 +29,8 @@ def read_nonfinite(logdir: str | os.PathLike, run: str | None = None) -> list[No
     found: list[NonfiniteStep] = []
     for name in sorted(runs):
         table, steps = TagTable(), []
-        for path in runs[name]:
-            for chunk in read_file(str(path), table):
+        for source in runs[name]:
+            for chunk in read_file(source, table):
                 for problem in chunk.problems:
                     warnings.warn(problem, DataWarning, stacklevel=2)
                 steps += [NonfiniteStep(name, step, tuple(e)) for step, e in chunk.nonfinite]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 
 from tandv_tb.disk.chunk_values import Chunk
 from tandv_tb.disk.event_reader import DataWarning, read_file, select_runs
+from tandv_tb.disk.locations import ByteSource
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, to_record
@@ -28,16 +28,18 @@ def _warn(message: str) -> None:
     warnings.warn(message, DataWarning, stacklevel=3)
 
 
-def _records_in_file(path: Path, table: TagTable) -> Iterator[tuple[TagInfo, int, NumericsRecord]]:
+def _records_in_file(
+    source: ByteSource, table: TagTable
+) -> Iterator[tuple[TagInfo, int, NumericsRecord]]:
     """Every numerics record of one event file; ``table`` carries metadata across files."""
-    for chunk in read_file(str(path), table):
+    for chunk in read_file(source, table):
         for problem in chunk.problems:
             _warn(problem)
-        yield from _chunk_records(path, chunk, table)
+        yield from _chunk_records(source.name, chunk, table)
 
 
 def _chunk_records(
-    path: Path, chunk: Chunk, table: TagTable
+    path: str, chunk: Chunk, table: TagTable
 ) -> Iterator[tuple[TagInfo, int, NumericsRecord]]:
     infos = [table.infos[t] for t in chunk.tags.tolist()]
     n_formats = np.fromiter((len(i.formats) for i in infos), np.int64, len(infos))
@@ -60,10 +62,11 @@ def read_records(
     logdir: str | os.PathLike, run: str | None = None
 ) -> Iterator[tuple[str, TagInfo, int, NumericsRecord]]:
     """``(run, tag_info, step, record)`` for every readable numerics record under
-    ``logdir``; what cannot be read is skipped with a ``DataWarning`` (see the module doc)."""
+    ``logdir`` (a path or a URL, ``tandv_tb.disk.locations``); what cannot be read is
+    skipped with a ``DataWarning`` (see the module doc)."""
     runs = select_runs(logdir, run)
     for name, files in runs.items():
         table = TagTable()
-        for path in files:
-            for info, step, record in _records_in_file(path, table):
+        for source in files:
+            for info, step, record in _records_in_file(source, table):
                 yield name, info, step, record

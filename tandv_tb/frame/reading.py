@@ -51,8 +51,8 @@ def _build(rows: list[dict], stats: np.ndarray, counts: np.ndarray, labels: list
 def read_frame(
     logdir: str | os.PathLike, *, run: str | None = None, format: str | None = None
 ) -> pd.DataFrame:
-    """Every numerics record under ``logdir`` as a DataFrame (schema in ``tandv_tb.frame``),
-    rows ordered by run, order and step.
+    """Every numerics record under ``logdir`` (a folder or an fsspec URL: ``s3://...``) as
+    a DataFrame (schema in ``tandv_tb.frame``), rows ordered by run, order and step.
 
     Damaged or truncated event files, records from a newer tandv_tb and malformed records do
     not stop it: they are skipped, each with a ``DataWarning`` naming the file, the tag and

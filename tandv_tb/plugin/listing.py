@@ -1,14 +1,14 @@
 """The numerics runs and tags of the logdir (metadata only), by tensor type and layer.
 
-Under a local ``--logdir`` runs and tags are listed from the plugin's own store
-(``tandv_tb.store``), as of each run's last refresh: it finds the runs itself and knows
-each tag's metadata, so the tab lists a run as soon as the store has read it, without
-waiting for TensorBoard's data server to read every event file (seconds at a restart of a
-large logdir); a run the store has never read (a first start) is listed as TensorBoard
-lists it until a route reads it, so that listing never waits for a large run to be built.
-Where the store cannot know (no local logdir: ``--logdir_spec``, a remote URL) they are
-listed through TensorBoard's data provider (both loaders). Either way a listing is trusted
-for ``LISTING_TTL``.
+Runs and tags are listed from the plugin's own store (``tandv_tb.store``; any logdir
+TensorBoard reads: a local folder, an fsspec URL, ``--logdir_spec``), as of each run's last
+refresh: it finds the runs itself and knows each tag's metadata, so the tab lists a run as
+soon as the store has read it, without waiting for TensorBoard's data server to read every
+event file (seconds at a restart of a large logdir); a run the store has never read (a
+first start) is listed as TensorBoard lists it, or from the first bytes of its first event
+file where TensorBoard has not read it yet either (a sweep of many runs is listed at once),
+until a route reads it, so that listing never waits for a large run to be built. A listing
+is trusted for ``LISTING_TTL``.
 """
 
 from __future__ import annotations
@@ -109,7 +109,9 @@ def store_tags(store: NumericsStore, provider) -> TagSource:
     last refresh (the request handler refreshes the runs it reads first). Listing every run
     does not build the store of a run it has never read (minutes for a large logdir's
     first start): such a run is listed as TensorBoard's data provider lists it, until a
-    route asks for its data."""
+    route asks for its data, or where the provider has not read it yet (a sweep of many
+    runs at a first start), from the first piece of its first event file
+    (``NumericsStore.first_tags``)."""
     held: dict[str, tuple[int, dict[str, StoredTag]]] = {}  # run -> (version, its tags)
     from_provider = provider_tags(provider)
 
@@ -124,13 +126,16 @@ def store_tags(store: NumericsStore, provider) -> TagSource:
         if run is not None:
             return {name: tags_of(name) for name in [run] if store.has_run(name)}
         found, listed = {}, None
+        read = store.runs_read()
         for name in store.runs():
-            if store.has_read(name):
+            if name in read:
                 found[name] = tags_of(name)
                 continue
             if listed is None:
                 listed = from_provider(ctx, experiment_id, None)
-            found[name] = listed.get(name, {})
+            found[name] = listed.get(name) or {
+                tag: StoredTag(*entry) for tag, entry in store.first_tags(name).items()
+            }
         return found
 
     return list_tags

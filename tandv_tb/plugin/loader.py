@@ -7,10 +7,9 @@ from tensorboard.plugins import base_plugin
 from tandv_tb.disk import metadata
 
 #: Steps of each numerics tag that TensorBoard keeps unless the user says otherwise: the
-#: plugin reads every step, and under a local logdir its runs and tags, from its own store
-#: (``tandv_tb.store``); TensorBoard's copy lists them where there is no local logdir
-#: (``--logdir_spec``) and tells a fresh start that the tab is active (its reservoir always
-#: keeps a tag's latest step).
+#: plugin reads every step, runs and tags from its own store (``tandv_tb.store``);
+#: TensorBoard's copy lists a run the store has not read yet and tells a fresh start that
+#: the tab is active (its reservoir always keeps a tag's latest step).
 DEFAULT_SAMPLES = 1
 
 

@@ -1,5 +1,10 @@
 """The ``tandv`` TensorBoard plugin: the Numerics tab's routes over the plugin's own store.
 
+The store reads what TensorBoard reads: ``--logdir`` (a local folder or any fsspec URL) or
+every logdir of ``--logdir_spec`` (``tandv_tb.store.logdir``). Storage that cannot be read
+(denied, missing, unreachable) is answered as a JSON error naming the logdir and the
+reason (403, 404, 503; ``STORAGE_STATUS``), never a 500; the tab shows it.
+
 A request reads what is new in the event files of the runs it reads once, first
 (``NumericsStore.refresh``); everything after reads the store as of then. Run routes are
 built on one worker thread (``worker``) and kept while their runs are unchanged
@@ -9,7 +14,6 @@ built on one worker thread (``worker``) and kept while their runs are unchanged
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 from tensorboard import context as tb_context
@@ -20,6 +24,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tandv_tb.disk import metadata
+from tandv_tb.disk.locations import StorageError
 from tandv_tb.plugin import block_views, csv_views, findings_route, views
 from tandv_tb.plugin.listing import Listing, provider_tags, store_tags
 from tandv_tb.plugin.params import Params
@@ -36,6 +41,7 @@ from tandv_tb.plugin.scalars import Scalars
 from tandv_tb.plugin.static_files import static_file
 from tandv_tb.plugin.worker import ResponseWorker
 from tandv_tb.store import NumericsStore
+from tandv_tb.store.logdir import Logdir
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +74,8 @@ FINDINGS_ROUTE = "findings"
 #: JSON routes whose body is mostly base64 (``responses.Matrix``): sent without gzip.
 UNCOMPRESSED_ROUTES = {"heatmap"}
 ES_MODULE_PATH = "/static/index.js"
+#: The status of a route whose logdir's storage failed, by ``StorageError.kind``.
+STORAGE_STATUS = {"denied": 403, "missing": 404, "unreachable": 503, "failed": 503}
 
 
 class NumericsPlugin(base_plugin.TBPlugin):
@@ -78,12 +86,16 @@ class NumericsPlugin(base_plugin.TBPlugin):
     def __init__(self, context: base_plugin.TBContext):
         cache_dir = getattr(context.flags, "tandv_cache_dir", None) if context.flags else None
         self._provider = context.data_provider
-        logdir = context.logdir
-        self._store = (
-            NumericsStore(logdir, cache_dir)
-            if self._provider and logdir and os.path.isdir(logdir)
-            else None
-        )
+        self._store: NumericsStore | None = None
+        self._unavailable: StorageError | None = None  # why there is no store, if it failed
+        self._last_storage_error = ""  # the last one written to TensorBoard's log
+        logdir = _logdir(context)
+        if self._provider and logdir is not None:
+            try:
+                self._store = NumericsStore(logdir, cache_dir)
+            except StorageError as error:  # e.g. no fsspec package for the URL's protocol
+                logger.warning("tandv_tb: %s", error)
+                self._unavailable = error
         self._listing = Listing(
             store_tags(self._store, self._provider)
             if self._store is not None
@@ -108,10 +120,15 @@ class NumericsPlugin(base_plugin.TBPlugin):
     def is_active(self) -> bool:
         """Whether any run holds numerics (TensorBoard asks only when its own plugin listing
         did not already show ``tandv`` data), without reading event files where it can:
-        the store already holds tags (a restart), or TensorBoard lists numerics tags."""
+        the store already holds tags (a restart), or TensorBoard lists numerics tags. Where
+        the logdir's storage failed, the tab is active too: it says why."""
         if self._provider is None:
             return False
-        if self._store is not None and self._store.has_numerics():
+        if self._unavailable is not None:
+            return True
+        if self._store is not None and (
+            self._store.has_numerics() or self._store.storage_failure is not None
+        ):
             return True
         listing = provider_tags(self._provider)(tb_context.RequestContext(), "", None)
         return any(listing.values())
@@ -129,6 +146,12 @@ class NumericsPlugin(base_plugin.TBPlugin):
                 return handler(request, route)
             except tb_errors.PublicError as error:  # 400 and 404 (InvalidArgument, NotFound)
                 return error_response(request, public_details(error), error.http_code)
+            except StorageError as error:  # the logdir's storage: its message, never a 500
+                if str(error) != self._last_storage_error:  # once in TensorBoard's log
+                    self._last_storage_error = str(error)
+                    logger.warning("tandv_tb: %s", error)
+                code = STORAGE_STATUS.get(error.kind, 503)
+                return error_response(request, str(error), code, storage=error.kind)
             except Exception:
                 logger.exception("tandv plugin: internal error on %s", request.full_path)
                 return error_response(request, "internal error (see TensorBoard's log)", 500)
@@ -138,6 +161,8 @@ class NumericsPlugin(base_plugin.TBPlugin):
     def _answer(self, request: wrappers.Request, route: str):
         if self._provider is None:
             raise tb_errors.NotFoundError("TensorBoard runs without a data provider")
+        if self._unavailable is not None and route not in ("formats", "metrics"):
+            raise self._unavailable  # every other route reads the logdir
         json_route, to_csv = CSV_ROUTES.get(route, (route, None))
         params = Params(request.args)
         query = views.Query(
@@ -177,7 +202,8 @@ class NumericsPlugin(base_plugin.TBPlugin):
         if json_route == "scalars":
             return [params.text("run")]
         if json_route == "runs" and self._store is not None:  # those listed from the store
-            return [run for run in self._store.runs() if self._store.has_read(run)]
+            read = self._store.runs_read()
+            return [run for run in self._store.runs() if run in read]
         return []
 
     def _findings(self, query: views.Query, runs: list[str]) -> str:
@@ -217,3 +243,11 @@ class NumericsPlugin(base_plugin.TBPlugin):
 
     def _unknown(self, request: wrappers.Request, route: str):
         raise tb_errors.NotFoundError(f"no route {request.path!r}; see tandv_tb/plugin/http_api.md")
+
+
+def _logdir(context: base_plugin.TBContext) -> Logdir | None:
+    """What TensorBoard reads: ``--logdir`` (a path or URL), else ``--logdir_spec``."""
+    if context.logdir:
+        return Logdir.of(context.logdir)
+    spec = getattr(context.flags, "logdir_spec", None) if context.flags else None
+    return Logdir.from_spec(spec) if spec else None

@@ -184,8 +184,11 @@ def public_details(error: errors.PublicError) -> str:
     return text[len(prefix) :] if text.startswith(prefix) else text
 
 
-def error_response(request, message: str, code: int):
-    return http_util.Respond(request, json.dumps({"error": message}), JSON_TYPE, code=code)
+def error_response(request, message: str, code: int, storage: str | None = None):
+    """``{"error": message}``, with ``"storage": kind`` where the logdir's storage failed
+    (``denied``, ``missing``, ``unreachable``, ``failed``)."""
+    body = {"error": message} if storage is None else {"error": message, "storage": storage}
+    return http_util.Respond(request, json.dumps(body), JSON_TYPE, code=code)
 
 
 def csv_text(header: list[str], rows) -> str:

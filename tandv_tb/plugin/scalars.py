@@ -1,11 +1,11 @@
 """TensorBoard's scalars (the loss line beside the numerics).
 
-Under a local ``--logdir`` they come from the plugin's store, every stored step (the
-findings' ``loss_spike`` reads the same rows, so the line holds every step a finding
-names); TensorBoard's own memory keeps a sample of them (1,000 per tag by default). Without
-a local logdir (``--logdir_spec``) they come from TensorBoard's data provider, as many as
-it holds. Which runs have scalars is TensorBoard's listing either way: a listing needs no
-step, and it knows runs the store has not read yet.
+They come from the plugin's store, every stored step (the findings' ``loss_spike`` reads
+the same rows, so the line holds every step a finding names); TensorBoard's own memory
+keeps a sample of them (1,000 per tag by default). Without a store (no logdir) they come
+from TensorBoard's data provider, as many as it holds. Which runs have scalars is
+TensorBoard's listing either way: a listing needs no step, and it knows runs the store has
+not read yet.
 """
 
 from __future__ import annotations

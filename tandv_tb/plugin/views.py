@@ -38,7 +38,7 @@ class Query:
     scalars), TensorBoard's request context and the parameters."""
 
     listing: Listing
-    store: NumericsStore | None  # None without a local logdir
+    store: NumericsStore | None  # None without a logdir (no data provider)
     scalars: Scalars
     ctx: object
     experiment_id: str
@@ -52,11 +52,11 @@ class Query:
         return self.listing.run(self.ctx, self.experiment_id, name)
 
     def numerics(self) -> NumericsStore:
-        """The store of every recorded step; 404 without a local logdir."""
+        """The store of every recorded step; 404 without a logdir."""
         if self.store is None:
             raise NotFoundError(
-                "the Numerics tab reads the event files under a local --logdir; start "
-                "tensorboard with --logdir=<a local folder>"
+                "the Numerics tab reads the event files of --logdir or --logdir_spec; start "
+                "tensorboard with one"
             )
         return self.store
 

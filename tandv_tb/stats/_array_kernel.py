@@ -28,6 +28,7 @@ import numpy as np
 from tandv_tb import block_formats
 from tandv_tb import formats as fmt
 from tandv_tb.stats._cpu_kernel import block_table, threshold_bits
+from tandv_tb.stats._exact_division import divide_float32
 
 _LAYOUT = {
     # compute dtype: (mantissa bits, exponent bias, all-ones exponent field)
@@ -108,7 +109,10 @@ class TorchOps:
         return self.t.round(x)
 
     def divide(self, a, b):
-        """a / b, correctly rounded."""
+        """a / b, correctly rounded: on CUDA a tensor divided by a number is multiplied by
+        its reciprocal (rounded twice), a tensor divided by a tensor is not."""
+        if not isinstance(b, self.t.Tensor):
+            b = self.t.as_tensor(b, dtype=a.dtype, device=a.device)
         return a / b
 
     def to_dtype(self, x, name):
@@ -244,10 +248,13 @@ class JaxOps:
         return self.jnp.round(x)
 
     def divide(self, a, b):
-        """a / b, correctly rounded: XLA's simplifier turns a division by a scalar or a
+        """a / b, correctly rounded. float32: by ``_exact_division`` (XLA on a GPU divides
+        approximately). float64 (x64): XLA's simplifier turns a division by a scalar or a
         broadcast into a multiplication by its reciprocal, and (a / b) / c into
         a / (b * c), each rounded twice, unless it cannot see what made either operand."""
         b = self.jnp.broadcast_to(self.jnp.asarray(b, a.dtype), a.shape)
+        if a.dtype == self.jnp.float32:
+            return divide_float32(self.jnp, self.lax, a, b)
         a, b = self.lax.optimization_barrier((a, b))
         return a / b
 
@@ -491,10 +498,12 @@ def _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row):
     smallest = np.float32(2.0**block_formats.NVFP4_SCALE_MIN)
     clamped_low = ~zero_block & (raw < smallest)
     clamped_high = ~zero_block & (raw > np.float32(block_formats.NVFP4_SCALE_MAX))
-    clamped = ops.clip(ops.where(zero_block, 0 * raw + smallest, raw), smallest, 448.0)
+    # A zero block's raw scale is NaN in an all-zero tensor (0 / 0): it takes the smallest.
+    clamped = ops.clip(ops.where(zero_block, ops.scalar_like(smallest, raw), raw), smallest, 448.0)
     block_scale = _round_to_element(ops, f32, clamped, -6, 3)  # E4M3, normal here
     exponent = (ops.int_view(block_scale) >> 23) - 127
-    reciprocal = ops.divide(np.float32(1.0) / tensor_scale + 0 * block_scale, block_scale)
+    inverse = ops.divide(ops.scalar_like(1.0, tensor_scale), tensor_scale)
+    reciprocal = ops.divide(inverse + 0 * block_scale, block_scale)
     v = ops.where(bits == 0, 0 * a32, a32 * reciprocal)
     q = _round_to_element(ops, f32, v, 0, 1)
     over = q > 6.0

@@ -33,7 +33,7 @@ import numpy as np
 
 from tandv_tb import block_formats
 from tandv_tb import formats as fmt
-from tandv_tb.stats import _cpu_blocks
+from tandv_tb.stats import _block_scales, _cpu_blocks
 from tandv_tb.stats._bit_ops import (
     _same_width_add,
     _same_width_and,
@@ -317,11 +317,12 @@ def _rare_keys(keys):
 
 
 @numba.njit(cache=True, nogil=True)
-def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table):
-    """The running sums of one array (``_add_block`` adds to them, ``_finish`` reads them):
-    key counts (int32, flushed into int64 totals), the counts vector, cast counts, the
-    moments (``_add_block_moments``), the extremes' bit patterns, and the block formats'
-    counts rows, sums and a buffer for a block's magnitudes (``_cpu_blocks``)."""
+def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table, n, row_length, deferred):
+    """The running sums of an array of ``n`` values along rows of ``row_length``
+    (``_add_block`` adds to them, ``_finish`` reads them): key counts (int32, flushed into
+    int64 totals), the counts vector, cast counts, the moments (``_add_block_moments``),
+    the extremes' bit patterns, and the block formats' counts rows, sums, the sums'
+    exponent and buffers (``_cpu_blocks``)."""
     n_fields = (inf_bits >> mant_bits) + 1
     keys = np.zeros((4, 2 * n_fields), np.int32)
     totals = np.zeros((4, 2 * n_fields), np.int64)
@@ -330,17 +331,15 @@ def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table):
     running = np.zeros(9)
     running[0] = _NO_SCALE
     extremes = np.array((0, inf_bits, inf_bits), dtype=np.int64)  # largest, smallest, nonzero
-    widest = _cpu_blocks.SCALES + (table[:, 7].max() if table.shape[0] else 0)
-    rows = np.zeros((table.shape[0], widest), np.int64)
+    scale_exponents = table[:, 7].max() if table.shape[0] else 0
+    rows = np.zeros((table.shape[0], _block_scales.SCALES + scale_exponents), np.int64)
     block_sums = np.zeros(table.shape[0])
-    size = _BLOCK if table.shape[0] else 0
-    buffers = (np.empty(size), np.empty(size), np.empty(size), np.empty(size))
-    narrow = (  # per block, then per value (``_cpu_blocks.add_chunk_float32``)
-        np.empty(size, np.int64), np.empty(size, np.float32), np.empty(size, np.float32),
-        np.empty(size), np.empty(size, np.int64), np.empty(size, np.float32),
-        np.empty(size, np.float32), np.empty(size),
-    )  # fmt: skip
-    blocks = (rows, block_sums, buffers, narrow)
+    units = np.array([_cpu_blocks.NO_UNITS])
+    size = min(n, _BLOCK) if table.shape[0] else 0
+    scratch = _cpu_blocks.new_scratch(size, row_length, scale_exponents, mant_bits == 52)
+    # Per block of the array, what nvfp4 needs of it when it waits for the second sweep.
+    deferred_blocks = np.empty((2 * (n // _BLOCK) + 2 if deferred else 0, 4), np.int64)
+    blocks = (rows, block_sums, units, scratch, deferred_blocks)
     return keys, totals, counts, casts, running, extremes, blocks
 
 
@@ -377,21 +376,18 @@ def _add_block(
         _count_subnormals(bits, sign_mask, mant_bits, bias, counts[5 : 5 + n_bins], hist_lo)
     if thresholds.shape[0]:
         _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, nans + pos_inf + neg_inf, casts)
-    table, offset, row_length, tensor_scale, exponent = scaling
+    table, offset, row_length, tensor_scale, which = scaling
     if table.shape[0]:
-        rows, block_sums, buffers, narrow = blocks
-        if mant_bits == 23:
-            _cpu_blocks.add_chunk_float32(
-                values, bits, subnormals, finite == len(values), offset, row_length, table,
-                tensor_scale, exponent, rows, block_sums, narrow,
-            )  # fmt: skip
-        else:
-            magnitudes = buffers[0][: len(values)]
-            _cpu_blocks.magnitudes(values, bits, sign_mask, inf_bits, mant_bits, magnitudes)
-            _cpu_blocks.add_chunk(
-                magnitudes, offset, row_length, table, tensor_scale, True, exponent,
-                rows, block_sums, buffers[1:],
-            )  # fmt: skip
+        rows, block_sums, units, scratch, deferred = blocks
+        non_finite = nans + pos_inf + neg_inf
+        largest = np.int64(block_extremes[0])
+        if which == _cpu_blocks.BUT_NVFP4:
+            deferred[block] = (largest, subnormals, zeros + non_finite, np.int64(non_finite == 0))
+        _cpu_blocks.add_chunk(
+            values, bits, largest, sign_mask, inf_bits, subnormals, zeros + non_finite,
+            non_finite == 0, offset, row_length, table, tensor_scale, which, rows, block_sums,
+            units, scratch,
+        )  # fmt: skip
     if finite:
         _add_block_moments(
             values, bits, subnormals, sign_mask, block_extremes[0], finite, mant_bits, bias, running
@@ -399,7 +395,7 @@ def _add_block(
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, table, exponent, sums):
+def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, table, sums):
     """The counts and moments vectors (``tensor_stats.engine_layout``) of ``n`` values
     summed."""
     keys, totals, counts, casts, running, extremes, blocks = sums
@@ -420,19 +416,20 @@ def _finish(n, inf_bits, mant_bits, bias, hist_lo, n_bins, table, exponent, sums
         return counts, moments
     # After the element formats' casts: each block format's (underflow, overflow), then
     # each one's zero and clamped blocks and blocks per scale exponent.
-    rows, block_sums = blocks[0], blocks[1]
+    rows, block_sums, units = blocks[0], blocks[1], blocks[2]
+    exponent = units[0] if units[0] != _cpu_blocks.NO_UNITS else 0
     n_blocks = table.shape[0]
-    widths = _cpu_blocks.SCALES - _cpu_blocks.ZERO_BLOCKS + table[:, 7]
+    widths = _block_scales.SCALES - _block_scales.ZERO_BLOCKS + table[:, 7]
     out = np.empty(len(counts) + 2 * n_blocks + widths.sum(), np.int64)
     out[: len(counts)] = counts
     at = len(counts)
     for f in range(n_blocks):
-        out[at + 2 * f] = rows[f, _cpu_blocks.UNDER]
-        out[at + 2 * f + 1] = rows[f, _cpu_blocks.OVER]
+        out[at + 2 * f] = rows[f, _block_scales.UNDER]
+        out[at + 2 * f + 1] = rows[f, _block_scales.OVER]
     at += 2 * n_blocks
     for f in range(n_blocks):
         out[at : at + widths[f]] = rows[
-            f, _cpu_blocks.ZERO_BLOCKS : _cpu_blocks.SCALES + table[f, 7]
+            f, _block_scales.ZERO_BLOCKS : _block_scales.SCALES + table[f, 7]
         ]
         at += widths[f]
         moments[10 + 3 * f] = exponent
@@ -468,15 +465,39 @@ def _largest_finite(bits, sign_mask, inf_bits):
 @numba.njit(cache=True, nogil=True)
 def _scaling(table, offset, row_length, amax):
     """What ``_add_block`` needs for the block formats of ``table``: the table, the offset
-    of the array's first value in its row and the row length, nvfp4's per-tensor scale and
-    the exponent of the sums' units, both from the tensor's largest finite |x| ``amax``."""
-    return (
-        table,
-        offset,
-        row_length,
-        _cpu_blocks.tensor_scale(amax),
-        _cpu_blocks.sums_exponent(amax),
-    )
+    of the array's first value in its row, the row length, nvfp4's per-tensor scale from
+    the tensor's largest finite |x| ``amax``, and which formats to take: all, or where
+    ``amax`` is not known yet (negative) and nvfp4 needs it, all but nvfp4 (which then
+    waits for ``_deferred_block``)."""
+    if amax >= 0:
+        return table, offset, row_length, _block_scales.tensor_scale(amax), _cpu_blocks.ALL
+    which = _cpu_blocks.BUT_NVFP4 if needs_amax(table) else _cpu_blocks.ALL
+    return table, offset, row_length, 0.0, which
+
+
+@numba.njit(cache=True, nogil=True)
+def _deferred_block(values, bits, block, sign_mask, inf_bits, scaling, sums):
+    """nvfp4 over block number ``block`` of an array, in the second sweep, with what the
+    first found of it; ``scaling`` as ``_scaling`` gives it, the per-tensor scale known."""
+    table, offset, row_length, tensor_scale, _ = scaling
+    rows, block_sums, units, scratch, deferred = sums[6]
+    largest, subnormals, read_as_zero, finite = deferred[block]
+    _cpu_blocks.add_chunk(
+        values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite == 1,
+        offset, row_length, table, tensor_scale, _cpu_blocks.ONLY_NVFP4, rows, block_sums,
+        units, scratch,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def needs_amax(table):
+    """Whether the block formats of ``table`` need the tensor's largest finite magnitude
+    before its values (nvfp4's per-tensor scale does). A loop: numba has no ``any`` of a
+    generator."""
+    for f in range(table.shape[0]):  # noqa: SIM110
+        if table[f, 0] == block_formats.NVFP4:
+            return True
+    return False
 
 
 @numba.njit(cache=True, nogil=True)
@@ -488,12 +509,12 @@ def _summarise(
     as floats and as signed and unsigned integers of the same width. For block formats
     (``table``), its first value lies ``offset`` values into a row of ``row_length``, and
     ``amax`` is the whole tensor's largest finite |x| (negative: this array's, found here)."""
-    if table.shape[0] and amax < 0:
-        pattern = np.array([_largest_finite(bits, sign_mask, inf_bits)])
-        amax = extreme_values(pattern, mant_bits)[0]
-    scaling = _scaling(table, offset, row_length, amax)
+    first = scaling = _scaling(table, offset, row_length, amax)
     aligned = table.shape[0] == 0 or row_length % _SCALE_BLOCK == 0
-    sums = _new_sums(inf_bits, mant_bits, n_bins, thresholds.shape[0], table)
+    deferred = scaling[4] == _cpu_blocks.BUT_NVFP4
+    sums = _new_sums(
+        inf_bits, mant_bits, n_bins, thresholds.shape[0], table, len(bits), row_length, deferred
+    )
     lo = block = 0
     while lo < len(bits):
         hi = _chunk_end(lo, len(bits), offset, row_length, aligned)
@@ -504,7 +525,26 @@ def _summarise(
         offset = (offset + hi - lo) % row_length
         scaling = (table, offset, row_length, scaling[3], scaling[4])
         lo, block = hi, block + 1
-    return _finish(len(bits), inf_bits, mant_bits, bias, hist_lo, n_bins, table, scaling[4], sums)
+    if deferred:  # nvfp4, once the tensor's largest magnitude is known: a second sweep
+        scaling = _nvfp4_sweep(first, sums, mant_bits)
+        lo = block = 0
+        while lo < len(bits):
+            hi = _chunk_end(lo, len(bits), scaling[1], row_length, aligned)
+            _deferred_block(values[lo:hi], bits[lo:hi], block, sign_mask, inf_bits, scaling, sums)
+            offset = (scaling[1] + hi - lo) % row_length
+            scaling = (table, offset, row_length, scaling[3], scaling[4])
+            lo, block = hi, block + 1
+    return _finish(len(bits), inf_bits, mant_bits, bias, hist_lo, n_bins, table, sums)
+
+
+@numba.njit(cache=True, nogil=True)
+def _nvfp4_sweep(first, sums, mant_bits):
+    """The ``scaling`` of the second sweep, from the first's (its start) and the array's
+    largest finite |x| that the first found."""
+    amax = extreme_values(sums[5][:1], mant_bits)[0]
+    table, offset, row_length, _, _ = first
+    tensor_scale = _block_scales.tensor_scale(amax)
+    return table, offset, row_length, tensor_scale, _cpu_blocks.ONLY_NVFP4
 
 
 @numba.njit(cache=True, nogil=True)
@@ -554,21 +594,18 @@ def _summarise_bfloat16(patterns, hist_lo, n_bins, thresholds, table, offset, ro
     """``_summarise`` of a bfloat16 array given as its uint16 bit patterns: each block is
     widened into a float32 buffer that stays in the cache (a bfloat16 is the top half of
     the float32 of the same value), so no float32 copy of the array is made."""
-    if table.shape[0] and amax < 0:
-        top = _largest_finite(patterns.view(np.int16), np.int16(0x7FFF), np.int16(0x7F80))
-        amax = extreme_values(np.array([top << 16]), 23)[0]
-    scaling = _scaling(table, offset, row_length, amax)
+    first = scaling = _scaling(table, offset, row_length, amax)
     aligned = table.shape[0] == 0 or row_length % _SCALE_BLOCK == 0
-    sums = _new_sums(_FLOAT32_INF, 23, n_bins, thresholds.shape[0], table)
-    values = np.empty(min(len(patterns), _BLOCK), np.float32)
+    deferred = scaling[4] == _cpu_blocks.BUT_NVFP4
+    n = len(patterns)
+    sums = _new_sums(_FLOAT32_INF, 23, n_bins, thresholds.shape[0], table, n, row_length, deferred)
+    values = np.empty(min(n, _BLOCK), np.float32)
     bits = values.view(np.int32)
     keys_bits = values.view(np.uint32)
     lo = block = 0
-    while lo < len(patterns):
-        hi = _chunk_end(lo, len(patterns), offset, row_length, aligned)
-        m = hi - lo
-        for i in range(m):
-            keys_bits[i] = np.uint32(patterns[lo + i]) << 16
+    while lo < n:
+        hi = _chunk_end(lo, n, offset, row_length, aligned)
+        m = _widen(patterns, lo, hi, keys_bits)
         _add_block(
             values[:m], bits[:m], keys_bits[:m], block, _FLOAT32_SIGN_MASK, _FLOAT32_INF,
             23, 127, hist_lo, n_bins, thresholds, scaling, sums,
@@ -576,8 +613,28 @@ def _summarise_bfloat16(patterns, hist_lo, n_bins, thresholds, table, offset, ro
         offset = (offset + m) % row_length
         scaling = (table, offset, row_length, scaling[3], scaling[4])
         lo, block = hi, block + 1
-    n = len(patterns)
-    return _finish(n, _FLOAT32_INF, 23, 127, hist_lo, n_bins, table, scaling[4], sums)
+    if deferred:  # nvfp4, once the tensor's largest magnitude is known: a second sweep
+        scaling = _nvfp4_sweep(first, sums, 23)
+        lo = block = 0
+        while lo < n:
+            hi = _chunk_end(lo, n, scaling[1], row_length, aligned)
+            m = _widen(patterns, lo, hi, keys_bits)
+            _deferred_block(
+                values[:m], bits[:m], block, _FLOAT32_SIGN_MASK, _FLOAT32_INF, scaling, sums
+            )
+            scaling = (table, (scaling[1] + m) % row_length, row_length, scaling[3], scaling[4])
+            lo, block = hi, block + 1
+    return _finish(n, _FLOAT32_INF, 23, 127, hist_lo, n_bins, table, sums)
+
+
+@numba.njit(cache=True, nogil=True)
+def _widen(patterns, lo, hi, keys_bits):
+    """bfloat16 patterns ``patterns[lo:hi]`` into the float32 patterns ``keys_bits``; how
+    many."""
+    chunk = patterns[lo:hi]  # indices from 0: no wrap-around test, so the loop vectorises
+    for i in range(len(chunk)):
+        keys_bits[i] = np.uint32(chunk[i]) << 16
+    return len(chunk)
 
 
 @functools.cache
@@ -639,10 +696,10 @@ def compute_cpu(
     summarise = _KERNELS[values.dtype.type]
     layout = _layout(dtype, formats)
     row_length = max(int(row_length), 1)
-    amax = _tensor_amax(values) if layout[3].shape[0] else -1.0
     parts = min(threads or _CORES, len(values) // _MIN_PART)
-    if parts <= 1:
-        return TensorStats.unpack(dtype, formats, *summarise(values, *layout, 0, row_length, amax))
+    if parts <= 1:  # nvfp4's per-tensor scale found by the kernel (``_scaling``)
+        return TensorStats.unpack(dtype, formats, *summarise(values, *layout, 0, row_length, -1.0))
+    amax = _tensor_amax(values) if needs_amax(layout[3]) else -1.0
     bounds = np.linspace(0, len(values), parts + 1).astype(np.int64)
     if layout[3].shape[0]:  # on a block boundary: a row's start plus a multiple of a block
         bounds = (

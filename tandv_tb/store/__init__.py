@@ -4,7 +4,8 @@ up (each imports only modules listed before it):
 
 - ``schema``: the tables, written once; ``database``: where a logdir's database lives and
   opening it whatever state it was left in; ``run_ids``: a run's name to its id;
-- ``logdir``: the runs under a logdir and their event files (listing, reading bytes);
+- ``logdir``: the runs under a logdir (a local folder, an fsspec URL, a ``--logdir_spec``)
+  and their event files (listing, reading bytes; ``tandv_tb.disk.locations``);
 - ``block_rows``: the block-scaled formats' rows of a chunk of records; ``ingest``: a run
   brought up to date with its files; ``updates``: when (``refresh``,
   the background build);

@@ -1,7 +1,8 @@
 """Where a logdir's store lives, and opening it whatever state it was left in.
 
-One DuckDB database per logdir (by its real path) and ``SCHEMA_VERSION``, in a folder
-outside the logdir (read-only logdirs work): ``--tandv_cache_dir`` (``cache_dir``), by
+One DuckDB database per logdir (by its real path, or its URL: a remote logdir's store is
+local too) and ``SCHEMA_VERSION``, in a local folder outside the logdir (read-only logdirs
+work): ``--tandv_cache_dir`` (``cache_dir``), by
 default in the user's cache folder, as XDG names the place for what can be made again (the
 store is rebuilt from the event files). A database that cannot be opened (damaged by a
 killed process, written by another ``SCHEMA_VERSION``) is rebuilt; a folder that cannot be
@@ -39,11 +40,11 @@ def default_folder() -> Path:
     return Path(base) / "tandv_tb"
 
 
-def database_path(logdir: str, folder: str | os.PathLike | None) -> Path:
+def database_path(key: str, folder: str | os.PathLike | None) -> Path:
     """The database file of a logdir in ``folder`` (None: ``default_folder``): one per
-    logdir (by its real path) and schema version."""
-    real = os.path.realpath(logdir)
-    key = hashlib.sha256(real.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    logdir (by its key: a local folder's real path, a URL and its endpoint; see
+    ``logdir.Logdir.key``) and schema version."""
+    key = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     base = Path(folder) if folder else default_folder()
     return base / f"{key}-v{SCHEMA_VERSION}" / "numerics.duckdb"
 
@@ -52,8 +53,8 @@ class Database:
     """A connection to a logdir's database, or to a temporary copy of it where that cannot
     be used (with a warning); ``path`` is where it is."""
 
-    def __init__(self, logdir: str, folder: str | os.PathLike | None):
-        self.requested = database_path(logdir, folder)
+    def __init__(self, key: str, folder: str | os.PathLike | None):
+        self.requested = database_path(key, folder)
         for attempt in (self.requested, None):
             if attempt is None:
                 attempt = Path(tempfile.mkdtemp(prefix=_TEMPORARY_PREFIX)) / "numerics.duckdb"

@@ -40,7 +40,10 @@ def update_run(
 ) -> tuple[bool, bool]:
     """Store what is new in the run's event files (new bytes, new files; a deleted file's
     records are dropped, a replaced or shrunk file is read again): whether anything
-    changed, and whether the run is now read to its end. ``pause`` is asked between
+    changed, and whether the run is now read to its end. A file is known replaced by its
+    first bytes, read each time for a local file; on remote storage (a request per object)
+    only when its size changed, so an object replaced by one of the same size is missed
+    (objects written by ``NumericsWriter`` are never replaced). ``pause`` is asked between
     transactions: when it says so, the update stops there (the store is whole up to that
     offset; the next update goes on from it)."""
     known = {
@@ -56,8 +59,10 @@ def update_run(
         _forget_file(cursor, known.pop(name)[0])
         changed = True
     for name, size in present.items():
-        head = files.head(name, _HEAD_BYTES)
         entry = known.get(name)
+        if entry is not None and size == entry[1] and not files.local:
+            continue  # an object of the same size: nothing new (its head not asked for)
+        head = files.head(name, _HEAD_BYTES)
         if entry is not None and (size < entry[1] or head[: len(entry[3])] != entry[3]):
             logger.info("tandv_tb: %s was replaced or shrank: read again", files.path(name))
             _forget_file(cursor, entry[0])

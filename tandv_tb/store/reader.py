@@ -51,6 +51,13 @@ class Reader:
         )
         return found.fetchone()[0] > 0
 
+    def consumed_runs(self) -> set[str]:
+        """The runs some bytes of whose files were read into the store (by any start)."""
+        found = self._cursor().execute(
+            "SELECT DISTINCT run FROM runs JOIN files USING (run_id) WHERE consumed > 0"
+        )
+        return {run for (run,) in found.fetchall()}
+
     def has_tags(self) -> bool:
         """Whether the store holds any tag at all."""
         return self._cursor().execute("SELECT count(*) FROM tags").fetchone()[0] > 0

@@ -16,16 +16,20 @@ of the run's last refresh, and its ``version`` keys what is cached of it.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from tandv_tb import block_formats
+from tandv_tb.disk.locations import StorageError
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, decode_tensor
+from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.store.database import Database
 from tandv_tb.store.held import HeldColumns
 from tandv_tb.store.layout import HeldLayout
@@ -44,31 +48,40 @@ from tandv_tb.store.series import (
 )
 from tandv_tb.store.updates import Updates
 
+logger = logging.getLogger(__name__)
+
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
+#: Runs whose first tags are asked of remote storage at once.
+FIRST_TAGS_REQUESTS = 8
+#: Bytes of a run's first event file read to list its tags before the store reads it (a
+#: tracker's first step of 1,000 tensors, each tag with its metadata, is about 250 KB).
+FIRST_TAGS_BYTES = 256 << 10
 #: ``{tag: (tag_id, its metadata or None where refused, malformed records)}``
 StoredTags = dict[str, tuple[int, TagInfo | None, int]]
 
 
 class NumericsStore:
-    """Every numerics record of the runs under ``logdir``, kept up to date from the files
-    (``cache_dir``: the folder of the database, ``database.database_path``)."""
+    """Every numerics record of the runs under ``logdir`` (a path, a URL, or a ``Logdir``
+    of a ``--logdir_spec``), kept up to date from the files (``cache_dir``: the local folder
+    of the database, ``database.database_path``)."""
 
     def __init__(
         self,
-        logdir: str,
+        logdir: str | os.PathLike | Logdir,
         cache_dir: str | os.PathLike | None = None,
         *,
         refresh_secs: float = REFRESH_SECS,
     ):
-        self.logdir = logdir
-        self._database = Database(logdir, cache_dir)
+        self._logdir = logdir if isinstance(logdir, Logdir) else Logdir.of(logdir)
+        self.logdir = self._logdir.root
+        self._database = Database(self._logdir.key, cache_dir)
         self.path = self._database.path
-        self._logdir = Logdir(logdir)
         run_ids = RunIds(self._database)
         self._updates = Updates(self._database, run_ids, self._logdir, refresh_secs)
         self._reader = Reader(self._database, run_ids, self._logdir)
         self._held = HeldColumns(self._reader)
+        self._first_tags: dict[str, dict[str, tuple[bytes, int]]] = {}
 
     def close(self) -> None:
         """Close the store (after a background build has stopped at its next transaction);
@@ -77,8 +90,28 @@ class NumericsStore:
         self._database.close()
 
     def build_in_background(self) -> None:
-        """Start reading every run (``updates.Updates.build_in_background``)."""
-        self._updates.build_in_background()
+        """Start reading every run (``updates.Updates.build_in_background``), after the
+        ``first_tags`` of those never read (so that the tab's first listing finds them)."""
+
+        def first_tags_of(run: str) -> None:
+            if self._updates.closing():
+                return
+            try:
+                self.first_tags(run)
+            except OSError as error:  # listed when asked for, or its failure said then
+                logger.warning("tandv_tb: could not list the tags of run %r: %s", run, error)
+
+        def first_tags(runs: list[str]) -> None:
+            read = self.runs_read()
+            unread = [run for run in runs if run not in read]
+            if self._logdir.local:
+                for run in unread:
+                    first_tags_of(run)
+                return
+            with ThreadPoolExecutor(FIRST_TAGS_REQUESTS) as requests:  # a request each
+                list(requests.map(first_tags_of, unread))
+
+        self._updates.build_in_background(first_tags)
 
     # -- runs and keeping up with their files -------------------------------------------------
     def refresh(self, run: str) -> int:
@@ -95,7 +128,7 @@ class NumericsStore:
 
     def runs(self) -> list[str]:
         """The runs under the logdir (folders holding event files), as TensorBoard names
-        them ("." for the logdir itself)."""
+        them ("." for the logdir itself); ``StorageError`` where it cannot be listed."""
         return self._logdir.runs()
 
     def has_run(self, run: str) -> bool:
@@ -110,6 +143,17 @@ class NumericsStore:
         if run == self._updates.building:
             return False
         return run in self._updates.versions or self._reader.has_consumed(run)
+
+    def runs_read(self) -> set[str]:
+        """The runs ``has_read`` says were read, asked once for all (one query)."""
+        known = set(self._updates.versions) | self._reader.consumed_runs()
+        known.discard(self._updates.building)
+        return known | self._updates.read_to_end()
+
+    @property
+    def storage_failure(self) -> StorageError | None:
+        """Why the background build could not list the logdir's storage, if it could not."""
+        return self._updates.listing_failure
 
     def has_numerics(self) -> bool:
         """Whether the store holds any tag at all (read by an earlier start or refresh)."""
@@ -132,6 +176,33 @@ class NumericsStore:
             name: (content, steps.get(tag_id, 0))
             for tag_id, (name, content) in enumerate(zip(table.names, table.contents))
         }
+
+    def first_tags(self, run: str) -> dict[str, tuple[bytes, int]]:
+        """What listing a run's tags needs (as ``tag_listing``), read from the first
+        ``FIRST_TAGS_BYTES`` (and at least the first whole event after the file's version)
+        of its first event file (a tag's metadata is in its first
+        record): a sweep's runs are listed at once, before the store has read them (the
+        steps are those of that first piece). Kept per run; none for a run without files."""
+        found = self._first_tags.get(run)
+        if found is None:
+            files = self._logdir.files(run)
+            names = list(files.sizes())
+            found = {}
+            if names:
+                table = TagTable()
+                chunk = files.chunk(names[0], 0, table, FIRST_TAGS_BYTES)
+                if not len(chunk) and chunk.end > 0:  # the version only: the next event whole
+                    chunk = files.chunk(names[0], chunk.end, table, FIRST_TAGS_BYTES)
+                last = np.zeros(len(table), dtype=np.int64)
+                np.maximum.at(last, chunk.tags, chunk.steps)
+                found = {
+                    name: (content, int(step))
+                    for name, content, step in zip(table.names, table.contents, last.tolist())
+                }
+            if len(self._first_tags) > 10_000:  # runs come and go over a server's life
+                self._first_tags.clear()
+            self._first_tags[run] = found
+        return found
 
     # -- records, the watch and scalars, as the findings read them -----------------------------
     def rows(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import duckdb
 
+from tandv_tb.disk.locations import StorageError
 from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.store.database import Database
 from tandv_tb.store.ingest import stored_tags, update_run
@@ -44,10 +45,14 @@ class Updates:
         self._checked: dict[str, float] = {}  # run -> when it was last read to its end
         self.tables: dict[str, TagTable] = {}  # run -> its tags as read
         self.versions: dict[str, int] = {}
+        self.failures: dict[str, StorageError] = {}  # run -> why its last read failed
+        self.listing_failure: StorageError | None = None  # why the build could not list
 
     def refresh(self, run: str) -> int:
         """Read what is new in the run's files (unless that was done less than
-        ``refresh_secs`` ago); the run's version."""
+        ``refresh_secs`` ago); the run's version. ``StorageError`` where the run's storage
+        cannot be read and nothing of the run was read in this process (otherwise what was
+        read is served, and the failure logged)."""
         now = time.monotonic()
         last = self._checked.get(run)
         if last is not None and now - last < self._refresh_secs:
@@ -62,21 +67,33 @@ class Updates:
         finally:
             with self._waiting_lock:
                 self._waiting -= 1
+        failure = self.failures.get(run)
+        if failure is not None and run not in self.versions:
+            raise failure
         return self.versions.get(run, 0)
+
+    def read_to_end(self) -> set[str]:
+        """The runs read to their end in this process."""
+        return set(self._checked)
 
     def was_read(self, run: str) -> bool:
         """Whether the run was read to its end in this process."""
         return run in self._checked
 
-    def build_in_background(self) -> None:
+    def build_in_background(self, first: Callable[[list[str]], None] | None = None) -> None:
         """Read every run's event files now, in a daemon thread, as TensorBoard's own data
         server does at its start: a first start finds the store built (or building) when
         the tab first asks, instead of beginning then. A request for a run goes before it:
-        the build yields the write lock after its current transaction."""
+        the build yields the write lock after its current transaction. ``first`` is given
+        the runs before any is read (to list them at once)."""
         self._builder = threading.Thread(
-            target=self._build_every_run, name="tandv_tb store build", daemon=True
+            target=self._build_every_run, args=(first,), name="tandv_tb store build", daemon=True
         )
         self._builder.start()
+
+    def closing(self) -> bool:
+        """Whether the store is being closed (a background build stops)."""
+        return self._closing.is_set()
 
     def builder_alive(self) -> bool:
         return self._builder is not None and self._builder.is_alive()
@@ -87,10 +104,14 @@ class Updates:
         if self._builder is not None:
             self._builder.join()
 
-    def _build_every_run(self) -> None:
+    def _build_every_run(self, first: Callable[[list[str]], None] | None) -> None:
         try:
             runs = self._logdir.runs()
+            if first is not None:
+                first(runs)
         except OSError as error:  # the logdir went away: runs are read when asked for
+            if isinstance(error, StorageError):
+                self.listing_failure = error
             root = self._logdir.root
             logger.warning("tandv_tb: could not list the runs under %s: %s", root, error)
             return
@@ -116,7 +137,16 @@ class Updates:
         whether the run was read to its end."""
         cursor = self._database.cursor()
         try:
-            return self._update(cursor, run, pause)
+            finished = self._update(cursor, run, pause)
+            self.failures.pop(run, None)
+            return finished
+        except StorageError as error:  # what was stored stays; tried again at a later refresh
+            logger.warning("tandv_tb: could not update run %r: %s", run, error)
+            self.failures[run] = error
+            self.tables.pop(run, None)
+            with contextlib.suppress(duckdb.Error):
+                cursor.execute("ROLLBACK")
+            return True
         except (duckdb.Error, OSError) as error:
             logger.warning("tandv_tb: could not update run %r in the store: %s", run, error)
             self.tables.pop(run, None)  # reloaded from what was committed

@@ -188,6 +188,8 @@ export class ApiError extends Error {
   constructor(
     message: string,
     readonly status: number,
+    /** Why the logdir's storage failed (``denied``, ``missing``, ``unreachable``, ``failed``). */
+    readonly storage: string | null = null,
   ) {
     super(message);
   }
@@ -231,10 +233,11 @@ async function getJson<T>(route: string, params: Params, signal?: AbortSignal): 
     );
   }
   if (!response.ok) {
-    const message = (body as { error?: unknown })?.error;
+    const { error: message, storage } = (body ?? {}) as { error?: unknown; storage?: unknown };
     throw new ApiError(
       typeof message === "string" ? message : `${route}: HTTP ${response.status}`,
       response.status,
+      typeof storage === "string" ? storage : null,
     );
   }
   return body as T;

@@ -17,6 +17,16 @@ export const HOW_TO_RECORD = `import tandv_tb.torch
 tracker = tandv_tb.torch.track(model, logdir="runs/exp", optimizer=optimizer)
 tracker.step()  # once per training step, after optimizer.step()`;
 
+/** What to do about a logdir's storage that failed, by ``ApiError.storage``. */
+const STORAGE_HINTS: Record<string, string> = {
+  denied:
+    "Check the credentials TensorBoard runs with (environment variables, ~/.aws or the cloud SDK's login) and their access to the bucket.",
+  missing: "Check the bucket and the path given to --logdir.",
+  unreachable:
+    "Check the endpoint (AWS_ENDPOINT_URL, S3_ENDPOINT) and the network; the tab tries again at TensorBoard's next reload.",
+  failed: "See TensorBoard's log; the tab tries again at its next reload.",
+};
+
 export class App {
   private readonly store: Store;
   private readonly toolbar: Toolbar;
@@ -90,10 +100,16 @@ export class App {
     } catch (error) {
       if (api.isAbort(error)) return;
       this.root.dataset.state = "error";
+      const storage = error instanceof api.ApiError ? error.storage : null;
+      this.root.dataset.storage = storage ?? "";
+      const message = error instanceof Error ? error.message : String(error);
       replaceChildren(this.main, [
-        emptyState("The Numerics data could not be loaded.", [
-          error instanceof Error ? error.message : String(error),
-        ]),
+        storage
+          ? emptyState("The logdir's storage could not be read.", [
+              message,
+              STORAGE_HINTS[storage] ?? STORAGE_HINTS.failed,
+            ])
+          : emptyState("The Numerics data could not be loaded.", [message]),
       ]);
       return;
     }
@@ -111,6 +127,7 @@ export class App {
       ]);
       return;
     }
+    this.root.dataset.storage = "";
     if (!this.main.contains(this.heatmap.card.root)) replaceChildren(this.main, this.cards);
     await this.store.update({ catalog });
     this.root.dataset.state = "ready";

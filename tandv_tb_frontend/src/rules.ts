@@ -1,5 +1,6 @@
 /** What a change implies (valid runs, a tensor type the run has, …), in one place. */
 
+import { matchingRuns } from "./run_picker";
 import type { Catalog, Model, Rules } from "./store";
 import { DEFAULT_STATE, VIEW_KEYS } from "./state";
 
@@ -34,8 +35,15 @@ export function isBlockFormat(catalog: Catalog, name: string): boolean {
 export const rules: Rules = (model, changed) => {
   const catalog = model.catalog;
   if (!catalog || catalog.runs.length === 0) return {};
-  const names = catalog.runs.map((run) => run.run);
-  let runs = model.runs.filter((run) => names.includes(run));
+  // The runs the regex lists: a new regex ticks them (up to DEFAULT_RUNS); runs it does
+  // not list are unticked.
+  const names = matchingRuns(
+    catalog.runs.map((run) => run.run),
+    model.runRegex,
+  ).runs;
+  let runs = changed.has("runRegex")
+    ? names.slice(0, DEFAULT_RUNS)
+    : model.runs.filter((run) => names.includes(run));
   if (runs.length === 0) {
     // Opening (or a logdir whose saved runs went): the default; unticking all: the first.
     runs = changed.has("catalog") ? names.slice(0, DEFAULT_RUNS) : [names[0]];

@@ -8,6 +8,8 @@
 export interface State {
   /** Runs shown (compared); empty means the default (every run, up to ``DEFAULT_RUNS``). */
   runs: string[];
+  /** Which runs the picker lists (a regular expression searched in run names). */
+  runRegex: string;
   /** The run whose heatmap is drawn (one of ``runs``). */
   heatmapRun: string;
   tensorType: string;
@@ -54,6 +56,7 @@ export interface State {
 
 export const DEFAULT_STATE: State = {
   runs: [],
+  runRegex: "",
   heatmapRun: "",
   tensorType: "",
   layerRegex: "",

@@ -1,8 +1,9 @@
 /** The toolbar: the run picker and what the heatmap shows (type, layers, metric, reduction). */
 
-import { multiCheck, type Option, selectControl, textInput } from "./controls";
+import { type Option, selectControl, textInput } from "./controls";
 import { h, keepFocus, replaceChildren } from "./dom";
 import { isBlockFormat, recordedBlockFormats, tensorTypes } from "./rules";
+import { runPicker } from "./run_picker";
 import type { State } from "./state";
 import type { Store } from "./store";
 
@@ -22,6 +23,7 @@ export class Toolbar {
       [
         "catalog",
         "runs",
+        "runRegex",
         "compare",
         "tensorType",
         "layerRegex",
@@ -58,13 +60,13 @@ export class Toolbar {
       (m) => !m.needs_block_format || recorded.length || m.metric === s.metric,
     );
     replaceChildren(this.root, [
-      multiCheck(
-        "Runs",
-        "runs",
-        catalog.runs.map((run) => ({ value: run.run, label: run.run })),
+      runPicker(
+        catalog.runs.map((run) => run.run),
+        s.runRegex,
         s.runs,
-        (runs) => update({ runs }),
         catalog.colours,
+        (runRegex) => update({ runRegex }),
+        (runs) => update({ runs }),
       ),
       s.runs.length > 1
         ? selectControl(

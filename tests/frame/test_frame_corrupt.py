@@ -34,6 +34,7 @@ def _write(logdir: Path, names=("l",)) -> Path:
         for step in range(STEPS):
             for name in names:
                 writer.add_numerics(name, crafted("float32") / (step + 1), step)
+                writer.flush()  # one event per record (a step's records are one otherwise)
     (path,) = event_files(logdir)
     return path
 

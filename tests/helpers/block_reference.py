@@ -130,16 +130,16 @@ def _nvfp4_block(block: np.ndarray, tensor_scale, element, out: BlockReference) 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         block32 = np.minimum(block, float(np.finfo(f32).max)).astype(f32)  # saturating
         amax = block32.max()
-        if amax == 0:
+        if amax == 0:  # zeros in float32 stay zeros (an all-zero tensor's scale is 0 / 0)
             out.zero_blocks += 1
+            out.underflow += int(np.count_nonzero(block))  # float64 values below float32's
+            return np.zeros_like(block)
         raw = f32(f32(amax / f32(6.0)) / tensor_scale)
-        if amax != 0:
-            out.clamped_low += bool(raw < f32(2.0**-6))
-            out.clamped_high += bool(raw > f32(448.0))
+        out.clamped_low += bool(raw < f32(2.0**-6))
+        out.clamped_high += bool(raw > f32(448.0))
         block_scale = f32(np.clip(raw, f32(2.0**-6), f32(448.0)))
         block_scale = f32(np.array(block_scale).astype(ml_dtypes.float8_e4m3fn))
-        if amax != 0:
-            out.scales[_floor_log2(float(block_scale))] += 1
+        out.scales[_floor_log2(float(block_scale))] += 1
         reciprocal = f32(f32(f32(1.0) / tensor_scale) / block_scale)
         scaled = np.where(block32 == 0, f32(0), block32 * reciprocal).astype(np.float64)
     quantized = _count(block, scaled, element, 6.0, out)

@@ -92,21 +92,27 @@ class Trained:
 
 
 def train_nanogpt(
-    model: nn.Module, steps: int, *, accumulation: int = 2, seed: int = 0, **tracking
+    model: nn.Module,
+    steps: int,
+    *,
+    accumulation: int = 2,
+    seed: int = 0,
+    device: str = "cpu",
+    **tracking,
 ) -> Trained:
-    """nanoGPT's training loop on random tokens; tracked when ``tracking`` holds ``track``'s
-    keywords (``logdir``...), the tracker stepped after ``zero_grad`` as nanoGPT's loop
-    would place it."""
+    """nanoGPT's training loop on random tokens (drawn on the CPU, then moved to the model's
+    ``device``); tracked when ``tracking`` holds ``track``'s keywords (``logdir``...), the
+    tracker stepped after ``zero_grad`` as nanoGPT's loop would place it."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = nanogpt_optimizer(model)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)  # nanoGPT: enabled for float16 only
+    scaler = torch.amp.GradScaler(device, enabled=False)  # nanoGPT: enabled for float16 only
     tracker = track(model, optimizer=optimizer, **tracking) if tracking else None
     losses, graphs = [], []
     breaks = sum(counters["graph_break"].values())
     with tracker if tracker is not None else contextlib.nullcontext():
         for _ in range(steps):
             for _ in range(accumulation):
-                tokens = torch.randint(0, 64, (4, 17), generator=generator)
+                tokens = torch.randint(0, 64, (4, 17), generator=generator).to(device)
                 _, loss = model(tokens[:, :-1], tokens[:, 1:])
                 scaler.scale(loss / accumulation).backward()
             scaler.unscale_(optimizer)

@@ -308,13 +308,22 @@ class TensorBoardProcess:
     """A ``tensorboard`` process on a free local port; ``get`` fetches a path and returns
     (status, body, headers)."""
 
-    def __init__(self, logdir: Path, load_fast: str, *extra: str):
+    def __init__(
+        self,
+        logdir: Path | str | None,
+        load_fast: str,
+        *extra: str,
+        log_folder: Path | None = None,
+    ):
+        """``logdir`` a folder or a URL (None: ``extra`` gives ``--logdir_spec``); the log
+        goes to ``log_folder`` (default: the logdir's parent folder)."""
         self.port = _free_port()
-        self.log = open(logdir.parent / f"tb_{load_fast}_{self.port}.log", "w+")  # noqa: SIM115
+        folder = log_folder or Path(logdir).parent
+        self.log = open(folder / f"tb_{load_fast}_{self.port}.log", "w+")  # noqa: SIM115
         self.process = subprocess.Popen(
             [
                 *_tensorboard_command(),
-                f"--logdir={logdir}",
+                *([] if logdir is None else [f"--logdir={logdir}"]),
                 "--host=127.0.0.1",
                 f"--port={self.port}",
                 f"--load_fast={load_fast}",

@@ -12,6 +12,16 @@ from tandv_tb.stats import tensor_stats
 from tandv_tb.torch import track
 from tests.helpers.tracker_records import Stored, read_records  # noqa: F401  (re-exported)
 
+#: Every tensor type a tracker records of a model trained with Adam or AdamW.
+ADAM_TYPES = {
+    "Activation",
+    "Gradient",
+    "Weight",
+    "Weight_Gradient",
+    "Optimiser_State.exp_avg",
+    "Optimiser_State.exp_avg_sq",
+}
+
 
 def expected(values: torch.Tensor | list[torch.Tensor], formats=()) -> NumericsRecord:
     """The record of a tensor (or of several, concatenated), as the engine makes it.

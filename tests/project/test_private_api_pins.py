@@ -2,7 +2,8 @@
 naming the library and its version, when an upgrade changes what tandv_tb relies on.
 
 Why each one stays (and what it buys) is written where it is used:
-``tandv_tb.writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.torch.hooks``
+``tandv_tb.writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.store.logdir``
+(``data_ingester._parse_event_files_spec``), ``tandv_tb.torch.hooks``
 (``torch._C._current_graph_task_id``), ``tandv_tb.torch.memo`` (``Tensor._version``),
 ``tandv_tb.torch.naming`` and ``tandv_tb.torch.tracker`` (the attributes through which
 wrappers hold the module they wrap, and which mark compiled modules and optimizers that
@@ -25,6 +26,38 @@ from torch.utils.tensorboard import SummaryWriter
 
 def _changed(library: str, version: str, what: str) -> str:
     return f"{library} {version} changed {what}: see the comment where tandv_tb uses it"
+
+
+# ---------------------------------------------------------------- --logdir_spec
+
+
+def test_tensorboard_splits_a_logdir_spec_by_its_own_function():
+    from tensorboard import version
+    from tensorboard.backend.event_processing import data_ingester
+
+    message = _changed("tensorboard", version.VERSION, "data_ingester._parse_event_files_spec")
+    parse = getattr(data_ingester, "_parse_event_files_spec", None)
+    assert callable(parse), message
+    found = parse("a:/x/one,b:s3://bucket/runs,/y/two")
+    assert found == {"/x/one": "a", "s3://bucket/runs": "b", "/y/two": None}, message
+
+
+# ---------------------------------------------------------------- threading
+
+
+def test_python_runs_threading_exit_hooks_before_executors_stop():
+    """``writer._close_before_executors_stop``: a hook registered there still submits to an
+    executor at interpreter exit (what a last object written through fsspec needs)."""
+    import sys
+
+    code = (
+        "import threading, concurrent.futures\n"
+        "pool = concurrent.futures.ThreadPoolExecutor(1)\n"
+        "threading._register_atexit(lambda: print(pool.submit(lambda: 'ran').result()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    message = _changed("Python", sys.version, "threading._register_atexit")
+    assert out.stdout.strip() == "ran", message
 
 
 # ---------------------------------------------------------------- SummaryWriter

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -20,11 +19,19 @@ from tandv_tb.stats import engine
 from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats.tensor_stats import TensorStats
 from tests.helpers.block_reference import BLOCK_FORMATS, block_reference
+from tests.helpers.devices import DEVICE_SOURCES, jax_cpu, jax_gpu
 from tests.helpers.reference import torch_tensor
 
 FORMATS = fmt.check_formats(("float8_e4m3fn", *BLOCK_FORMATS))
 DTYPES = ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
-SOURCES = ["numpy", "torch", "torch-device-kernel", "jax-jit", "jax-jit-device-kernel"]
+SOURCES = [
+    "numpy",
+    "torch",
+    "torch-device-kernel",
+    "jax-jit",
+    "jax-jit-device-kernel",
+    *DEVICE_SOURCES,
+]
 MX = {
     "mxfp8_e4m3": ml_dtypes.float8_e4m3fn,
     "mxfp8_e5m2": ml_dtypes.float8_e5m2,
@@ -46,8 +53,13 @@ def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
         row = values.shape[-1] if values.ndim else 1
         counts, moments = compute_arrays(TorchOps(), flat, dtype, formats, row)
         return TensorStats.unpack(dtype, formats, counts.numpy(), moments.numpy())
-    kernel = _jitted if source == "jax-jit" else _jitted_device_kernel
-    counts, moments = kernel(dtype, formats)(jnp.asarray(values))
+    if source == "torch-cuda":
+        return engine.tensor_stats(torch_tensor(values).cuda(), formats)
+    array = jax.device_put(values, jax_gpu() if source.endswith("-gpu") else jax_cpu())
+    if source == "jax-gpu":
+        return engine.tensor_stats(array, formats)
+    kernel = _jitted_device_kernel if source == "jax-jit-device-kernel" else _jitted
+    counts, moments = kernel(dtype, formats)(array)
     return TensorStats.unpack(dtype, formats, np.asarray(counts), np.asarray(moments))
 
 
@@ -70,7 +82,8 @@ def _jitted_device_kernel(dtype, formats):
 
 
 def _float32_sums(source: str, dtype: str) -> bool:
-    return source.startswith(("torch-device-kernel", "jax-jit")) and dtype != "float64"
+    array_kernel = ("torch-device-kernel", "torch-cuda", "jax-jit", "jax-gpu")
+    return source.startswith(array_kernel) and dtype != "float64"
 
 
 @functools.cache
@@ -183,7 +196,9 @@ def test_crafted_values(source, dtype):
     assert_blocks_match(stats, values, rtol=1e-5 if _float32_sums(source, dtype) else 1e-12)
 
 
-@pytest.mark.parametrize("source", ["numpy", "torch", "torch-device-kernel"])
+@pytest.mark.parametrize(
+    "source", ["numpy", "torch", "torch-device-kernel", *set(DEVICE_SOURCES) & {"torch-cuda"}]
+)
 def test_float64_scales_that_clamp_and_float64_subnormals(source):
     values = huge_and_tiny_float64()
     stats = stats_from(source, values)
@@ -310,3 +325,19 @@ def test_format_names_and_the_round_up_rule_are_checked():
     stats = engine.tensor_stats(np.full(32, 460.0, np.float32), ("mxfp8_e4m3", "mxfp8_e4m3:rceil"))
     scale_los = [stats.blocks[n].trimmed().scale_lo for n in ("mxfp8_e4m3", "mxfp8_e4m3:rceil")]
     assert scale_los == [0, 1]
+
+
+@pytest.mark.parametrize("fill", [0.0, np.nan])
+@pytest.mark.parametrize("size", [40, 100_000])
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_tensor_with_no_finite_non_zero_value_has_no_error(source, dtype, size, fill):
+    """Zero error and signal, every block a zero block (the CPU kernel once summed its
+    errors in a unit that overflowed to infinity for such a tensor: NaN)."""
+    if source.startswith("jax") and dtype == "float64":
+        pytest.skip("jax computes in float32 unless x64 is enabled")
+    values = fmt.cast_array(np.full(size, fill), fmt.numpy_dtype(dtype))
+    stats = stats_from(source, values)
+    assert_blocks_match(stats, values, rtol=1e-12)
+    for name, block in stats.blocks.items():
+        assert (block.error, block.signal, block.zero_blocks) == (0.0, 0.0, block.blocks), name

@@ -22,6 +22,7 @@ from tandv_tb import formats as fmt
 from tandv_tb.stats import engine
 from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats.tensor_stats import TensorStats
+from tests.helpers.devices import DEVICE_SOURCES, jax_cpu, jax_gpu
 from tests.helpers.reference import assert_matches, crafted, random_binades, reference, torch_tensor
 
 DTYPES = ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
@@ -34,7 +35,15 @@ FORMATS = (
     "float6_e3m2fn",
     "float8_e8m0fnu",
 )
-SOURCES = ["numpy", "torch", "torch-device-kernel", "jax", "jax-jit", "jax-jit-device-kernel"]
+SOURCES = [
+    "numpy",
+    "torch",
+    "torch-device-kernel",
+    "jax",
+    "jax-jit",
+    "jax-jit-device-kernel",
+    *DEVICE_SOURCES,
+]
 
 
 def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
@@ -48,13 +57,17 @@ def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
         flat = torch_tensor(values).reshape(-1).to(wide)
         counts, moments = compute_arrays(TorchOps(), flat, dtype, formats)
         return TensorStats.unpack(dtype, formats, counts.numpy(), moments.numpy())
-    if source == "jax":
-        return engine.tensor_stats(jnp.asarray(values), formats)
-    if source == "jax-jit":
-        pending = _jitted(formats)(jnp.asarray(values))
+    if source == "torch-cuda":
+        return engine.tensor_stats(torch_tensor(values).cuda(), formats)
+    device = jax_gpu() if source.endswith("-gpu") else jax_cpu()
+    array = jax.device_put(values, device)
+    if source in ("jax", "jax-gpu"):
+        return engine.tensor_stats(array, formats)
+    if source in ("jax-jit", "jax-jit-gpu"):
+        pending = _jitted(formats)(array)
         return TensorStats.unpack(dtype, formats, np.asarray(pending[0]), np.asarray(pending[1]))
     if source == "jax-jit-device-kernel":
-        pending = _jitted_device_kernel(dtype, formats)(jnp.asarray(values))
+        pending = _jitted_device_kernel(dtype, formats)(array)
         return TensorStats.unpack(dtype, formats, np.asarray(pending[0]), np.asarray(pending[1]))
     raise AssertionError(source)
 
@@ -78,8 +91,9 @@ def _jitted_device_kernel(dtype, formats):
 
 def _float32_sums(source: str, dtype: str) -> bool:
     """Sources whose moments are summed, or handed out, in float32 (the array kernel on
-    float32 data; jax without x64 under ``jax.jit``)."""
-    return source.startswith(("torch-device-kernel", "jax-jit")) and dtype != "float64"
+    float32 data, also on an accelerator; jax without x64 under ``jax.jit``)."""
+    array_kernel = ("torch-device-kernel", "torch-cuda", "jax-jit", "jax-gpu")
+    return source.startswith(array_kernel) and dtype != "float64"
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -330,6 +344,7 @@ _X64_CHECK = """
 import jax, jax.numpy as jnp, numpy as np
 from tandv_tb.stats import engine
 from tandv_tb.stats.tensor_stats import TensorStats
+from tests.helpers.devices import DEVICE_SOURCES, jax_cpu, jax_gpu
 from tests.helpers.reference import assert_matches, crafted
 formats = ("float8_e4m3fn", "bfloat16", "float8_e8m0fnu")
 for dtype in ("float64", "float32", "bfloat16"):

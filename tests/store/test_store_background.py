@@ -60,8 +60,10 @@ def test_a_paused_update_goes_on_where_it_stopped(tmp_path, monkeypatch):
     cursor = paused._database.cursor()
     run_id = RunIds(paused._database).add(cursor, "r")
     table = ingest.stored_tags(cursor, run_id)
-    files = Logdir(str(tmp_path / "logs")).files("r")
-    assert files.directory == run_dir
+    files = Logdir.of(str(tmp_path / "logs")).files("r")
+    assert [files.path(name) for name in files.sizes()] == [
+        str(p) for p in sorted(run_dir.iterdir())
+    ]
     asked = []
     changed, finished = ingest.update_run(
         cursor, files, run_id, table, pause=lambda: asked.append(1) or len(asked) > 1
@@ -93,8 +95,8 @@ def test_a_request_is_served_while_another_run_is_built(tmp_path, monkeypatch):
 
     def slow_update(cursor, files, run_id, table, pause=None):
         """The background build of run "a" first waits for the request below."""
-        if pause is not None and files.directory.name == "a" and not started:
-            started.append(files.directory.name)
+        if pause is not None and files.run == "a" and not started:
+            started.append(files.run)
             _wait(pause, "the request to ask for the lock")
         return real_update(cursor, files, run_id, table, pause)
 

@@ -1,6 +1,7 @@
 """Runs and tags listed from the plugin's own store (``plugin.listing.store_tags``): a new
 run is listed within one reload, a deleted one disappears, a restart lists runs without
-TensorBoard's data provider, ``--logdir_spec`` still lists through the provider; and the
+TensorBoard's data provider (``--logdir_spec`` and remote logdirs:
+``tests/plugin/test_remote_logdirs.py``); and the
 fast paths of a heatmap (a column read alone in a known row order, one matrix reduced at
 once) give what the general paths give."""
 
@@ -15,7 +16,7 @@ from tensorboard.backend.event_processing import data_provider, plugin_event_mul
 
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows
 from tandv_tb.store import NumericsStore
-from tests.helpers.plugin import PluginRoutes, TensorBoardProcess, TensorBoardSpecProcess
+from tests.helpers.plugin import PluginRoutes, TensorBoardProcess
 from tests.helpers.store_runs import ROUTES, write_run
 
 
@@ -56,7 +57,11 @@ def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path,
     ctx = tb_context.RequestContext()
     logdir, cache = tmp_path / "logs", tmp_path / "c"
     first = PluginRoutes(_empty_provider(tmp_path), logdir, cache)
-    assert first.json("runs")["runs"] == []  # never read: not built just to list it
+    listed = first.json("runs")["runs"]  # from their first bytes: not built to list them
+    assert [(r["run"], r["layer_count"], r["max_step"]) for r in listed] == [
+        ("deep/s", 2, 3),
+        ("r", 3, 8),
+    ]
     assert not first.plugin._store.has_read("r")
     for run in ("r", "deep/s"):  # a data route reads a run
         first.json("layers", run=run, tensor_type="Activation")
@@ -73,17 +78,6 @@ def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path,
         assert {e.max_step for e in layers} == {8}
     finally:
         again.close()
-
-
-def test_a_logdir_spec_is_listed_through_tensorboard(tmp_path):
-    write_run(tmp_path / "logs" / "r", range(4))
-    server = TensorBoardSpecProcess(f"x:{tmp_path / 'logs'}", tmp_path)
-    try:
-        server.wait(lambda: _listed(server) == ["x/r"], "run x/r to be listed")
-        status, body, _ = server.get(ROUTES + "layers?run=x/r&tensor_type=Activation")
-        assert status == 404 and b"--logdir" in body  # the data need a local --logdir
-    finally:
-        server.close()
 
 
 def test_a_column_read_alone_in_a_known_order_is_the_full_read(tmp_path):
