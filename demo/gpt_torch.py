@@ -11,7 +11,9 @@ from torch.utils.tensorboard import SummaryWriter
 import tandv_tb.torch
 from demo.corpus import VOCAB, batches
 
-FORMATS = ("float8_e4m3fn", "float8_e5m2")
+#: Two FP8 element formats, and two block-scaled FP4 formats: what MXFP4 and NVFP4 would
+#: lose in each tensor, exact (a block format cannot be estimated after the fact).
+FORMATS = ("float8_e4m3fn", "float8_e5m2", "mxfp4_e2m1", "nvfp4")
 
 
 class Block(nn.Module):

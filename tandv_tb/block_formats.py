@@ -142,6 +142,29 @@ def block_format(name: str) -> BlockFormat:
     )
 
 
+def with_rules() -> tuple[str, ...]:
+    """Every block format's name: the base names, then the MX ones with ``:rceil``."""
+    return (*NAMES, *(f"{n}{RCEIL_SUFFIX}" for n in NAMES if block_format(n).rule == FLOOR))
+
+
+def scale_exponents(name: str) -> tuple[int, int]:
+    """The lowest and highest scale exponents a block of ``name`` can get: its scales'
+    range, where the blocks that clamp lie (MX: E8M0's; nvfp4: E4M3's normal binades)."""
+    if block_format(name).rule == NVFP4:
+        return NVFP4_SCALE_MIN, math.floor(math.log2(NVFP4_SCALE_MAX))
+    return MX_SCALE_MIN, MX_SCALE_MAX
+
+
+def not_recorded(name: str, where: str) -> str:
+    """Why the block format ``name``, not recorded for ``where`` (what was asked of), is
+    not shown: it cannot be estimated."""
+    return (
+        f"{name} was not recorded for {where}: a block-scaled format cannot be estimated "
+        f"from the exponent histogram (the blocks are gone); give {name!r} to formats= "
+        "when tracking"
+    )
+
+
 def kernel_table(names: tuple[str, ...], dtype_min: int, dtype_max: int) -> np.ndarray:
     """``kernel_row`` of each block format, as an int64 table (one row each)."""
     rows = [block_format(n).kernel_row(dtype_min, dtype_max) for n in names]

@@ -4,8 +4,9 @@
 runs under a logdir from the numerics store (``tandv_tb.store``) and returns the
 findings, grouped (``grouping``: one run, kind, format and tensor type) or one row per
 tensor; ``tandv-tb findings LOGDIR`` (``cli``) prints each run's headline (``headline``)
-and the groups, those expected of an unscaled format folded into one line per run and
-format (``folding``); the plugin's ``findings`` route serves them to the Numerics tab.
+and the groups, those expected of the recorded formats folded into one line per run for its
+element formats and one for its block formats (``folding``); the plugin's ``findings``
+route serves them to the Numerics tab.
 ``engine`` runs every kind, one module per group of kinds:
 
 - ``first_nonfinite``: ``nonfinite`` (error), the run's first NaN/Inf and its first tensor;

@@ -3,9 +3,10 @@
 ``s3://bucket/runs``).
 
 Prints each run's headline, then the grouped findings as a table, then which runs were
-compared: a logdir's story on one screen. The table folds what is expected of an unscaled
-format (the ``underflow`` groups and their ``scale`` groups, ``folding``) into one line
-per run and format; ``--groups`` prints every group instead, ``--all`` one finding per
+compared: a logdir's story on one screen. The table folds what is expected of a format
+(the ``underflow`` groups of an unscaled format and their ``scale`` groups, every group of
+a block-scaled format: ``folding``) into one line per run for its element formats and one
+for its block formats; ``--groups`` prints every group instead, ``--all`` one finding per
 tensor. ``--json`` prints a JSON list of objects (``value`` null where it is NaN): every
 group with its ``tensors`` count and the ``findings`` it stands for, or with ``--all``
 one object per finding, with the columns of ``tandv_tb.findings`` (the folding is only a
@@ -61,8 +62,10 @@ def _parser() -> argparse.ArgumentParser:
         "underflow in the recorded formats, drift, dead tensors, loss spikes, runs that "
         "part): each run's headline (its first problem), then one line per group of "
         "findings (one run, kind, format and tensor type), where the underflow of an "
-        "unscaled format and the scales that remedy it are folded into one line per run "
-        "and format (--groups: every group; --all: every finding; --json: every group, "
+        "unscaled format and the scales that remedy it, and what a block-scaled format "
+        "would lose, are folded into one line per run for its element formats and one "
+        "for its block formats (--groups: every "
+        "group; --all: every finding; --json: every group, "
         "or with --all every finding). Exit status: 1 when a finding at or above "
         "--fail-on exists, else 0; 2 for bad arguments or a missing logdir.",
     )
@@ -79,8 +82,9 @@ def _parser() -> argparse.ArgumentParser:
         "--groups",
         action="store_true",
         help="every group on its own line: by default the underflow of an unscaled format "
-        "and its scales (expected, not the headline) are folded into one line per run and "
-        "format",
+        "and its scales, and what a block-scaled format would lose (expected, not the "
+        "headline), are folded into one line per run for its element formats and one for "
+        "its block formats",
     )
     shown.add_argument("--all", action="store_true", help="one finding per tensor, not grouped")
     findings.add_argument(

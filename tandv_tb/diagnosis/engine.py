@@ -12,6 +12,7 @@ from tandv_tb.diagnosis.folding import Fold, default_view
 from tandv_tb.diagnosis.grouping import Group, group
 from tandv_tb.diagnosis.headline import Headline, headlines
 from tandv_tb.diagnosis.low_precision import (
+    clamp_findings,
     format_shares,
     overflow_findings,
     scale_findings,
@@ -50,6 +51,7 @@ def run_findings(db: NumericsStore, numerics: RunNumerics, thresholds: Threshold
         *overflow_findings(numerics, shares, thresholds),
         *underflow_findings(numerics, shares, thresholds),
         *scale_findings(db, numerics, shares, thresholds),
+        *clamp_findings(numerics, shares, thresholds),
         *drift_findings(numerics, drifts),
         *dead_findings(numerics, thresholds),
         *loss_spike_findings(numerics, db.scalars(numerics.run), drifts, thresholds),

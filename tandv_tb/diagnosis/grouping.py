@@ -8,10 +8,12 @@ about a tensor type, and their key leaves it out:
   and ``name`` are the tensor that drifted before it, not the condition's;
 - ``divergence``: (run, kind, the other run): where two runs part, one finding per pair.
 
-A ``scale`` is also keyed by the condition it remedies (its tensor's ``underflow`` in that
-format, else its ``overflow``): scaling up what underflows and scaling down what
-overflows are two remedies. The group of an ``underflow`` or ``overflow`` says in its
-sentence what the scales of its tensors do, as the issue's example does.
+A ``scale`` of an element format is also keyed by the condition it remedies (its tensor's
+``underflow`` in that format, else its ``overflow``): scaling up what underflows and
+scaling down what overflows are two remedies. The group of an ``underflow`` or
+``overflow`` says in its sentence what the scales of its tensors do, as the issue's
+example does. A block-scaled format's ``scale`` (blocks whose scale clamps) is a
+condition of its own, remedying nothing.
 
 Formats are names, compared as such: a format added later groups like any other.
 ``tensors`` adds up what each finding stands for: one tensor each (a loss spike: the
@@ -25,6 +27,7 @@ import dataclasses
 import statistics
 from collections import Counter
 
+from tandv_tb import block_formats
 from tandv_tb.diagnosis.base import (
     GROUP_COLUMNS,
     Finding,
@@ -95,12 +98,13 @@ def group(
     found: list[Finding], numerics: dict[str, RunNumerics], thresholds: Thresholds
 ) -> list[Group]:
     """The findings of ``found`` (one row per tensor) as groups, in ``group_order``."""
+    scaled = [f for f in found if not block_formats.is_block_format(f.format)]
     conditions = {  # what each tensor's scale remedies: its underflow, else its overflow
         _cast_of(f): f.kind
-        for f in sorted(found, key=lambda f: f.kind == "underflow")  # written last: it wins
+        for f in sorted(scaled, key=lambda f: f.kind == "underflow")  # written last: it wins
         if f.kind in ("underflow", "overflow")
     }
-    scales = {_cast_of(f): f for f in found if f.kind == "scale"}
+    scales = {_cast_of(f): f for f in scaled if f.kind == "scale"}
     members: dict[tuple, list[Finding]] = {}
     for f in found:
         remedies = conditions.get(_cast_of(f), "") if f.kind == "scale" else ""
@@ -160,6 +164,22 @@ def _summary(members, remedy, remedies, run: RunNumerics, thresholds: Thresholds
     if kind in NOT_BY_TENSOR_TYPE:
         return f"{n} {kind} findings from step {first.step}; first: {first.message}"
     of = f"{n} of {_type_totals(run, first.format)[first.tensor_type]} {first.tensor_type} tensors"
+    median = percent(statistics.median(f.value for f in members))
+    if block_formats.is_block_format(first.format) and kind in ("overflow", "scale"):
+        top = sorted(members, key=lambda f: -f.value)
+        named = ", ".join(f"{f.name!r} {percent(f.value)}" for f in top[:_MOST_AFFECTED])
+        more = f" and {n - _MOST_AFFECTED} more" if n > _MOST_AFFECTED else ""
+        what = (
+            "round some of their finite values down to their block's largest element value"
+            if kind == "overflow"
+            else f"have over {percent(thresholds.underflow_share)} of their non-zero blocks "
+            "with a scale clamped to the scale's range"
+        )
+        verb = "saturates" if kind == "overflow" else "clamps block scales"
+        return (
+            f"{first.format} {verb} from step {first.step}: {of} {what} (median {median}), "
+            f"most affected {named}{more}"
+        )
     if kind == "overflow":
         limit = (
             thresholds.overflow_error if first.severity == "error" else thresholds.overflow_warning
@@ -252,7 +272,9 @@ def _scale_clause(remedies: list[Finding], *, single: bool) -> str:
 def _type_totals(run: RunNumerics, format_name: str) -> dict[str, int]:
     """How many tensors of each type the run has (recording ``format_name``, if given)."""
     return Counter(
-        info.tensor_type for info in run.tensors if not format_name or format_name in info.formats
+        info.tensor_type
+        for info in run.tensors
+        if not format_name or format_name in (*info.formats, *info.block_formats)
     )
 
 
@@ -263,9 +285,10 @@ def _types(members: list[Finding], totals: dict[str, int]) -> str:
     ordered = sorted(counts, key=lambda t: execution_key(t, 0, ""))
     every = [t for t in ordered if counts[t] >= totals.get(t, 0)]
     some = [f"{counts[t]} of {totals[t]} {t}" for t in ordered if t not in every]
-    listed = [f"every {_and(every)}"] if every else []
+    listed = [f"every {and_join(every)}"] if every else []
     return ", ".join(listed + some)
 
 
-def _and(words: list[str]) -> str:
+def and_join(words: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

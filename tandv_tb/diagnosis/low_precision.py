@@ -1,5 +1,16 @@
 """The ``overflow``, ``underflow`` and ``scale`` findings, from the exact under/overflow
-counts of the formats recorded at tracking time."""
+counts of the formats recorded at tracking time.
+
+Element formats (``float8_e4m3fn``...): an overflow is an error or a warning by its share;
+a ``scale`` (info) is the per-tensor power-of-two scale that would remedy a tensor's
+underflow or overflow. Block-scaled formats (``tandv_tb.block_formats``), read from the
+store's block counts: ``underflow`` alike; ``overflow`` is a value that saturates at its
+block's largest element value, a bounded loss (a warning at most; none under ``:rceil``,
+whose scale saturates nothing); and ``scale`` (a warning) is blocks whose scale clamps:
+more than ``underflow_share`` of a tensor's non-zero blocks get a scale outside the
+scale's range at ``underflow_window`` consecutive recorded steps (their values round
+with a scale that does not fit them: most of them to zero where it clamps low). A block
+format scales itself, so no per-tensor scale is suggested for it."""
 
 from __future__ import annotations
 
@@ -7,6 +18,7 @@ import dataclasses
 
 import numpy as np
 
+from tandv_tb import block_formats
 from tandv_tb import formats as fmt
 from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.diagnosis.base import Finding, Thresholds, percent
@@ -24,26 +36,40 @@ class FormatShares:
     rows: np.ndarray  # row indices into the run's numerics
     under: np.ndarray  # underflow / finite non-zero values
     over: np.ndarray  # overflow / finite values
+    #: A block format's blocks whose scale clamps / its non-empty blocks (low, high).
+    clamped: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def block(self) -> bool:
+        return self.clamped is not None
 
 
 def format_shares(db: NumericsStore, numerics: RunNumerics) -> list[FormatShares]:
-    """One ``FormatShares`` per format recorded by any tensor of the run."""
-    by_format: dict[str, dict[int, int]] = {}
-    for g, info in enumerate(numerics.tensors):
-        for index, name in enumerate(info.formats):
-            by_format.setdefault(name, {})[int(numerics.tag_ids[g])] = index
+    """One ``FormatShares`` per format recorded by any tensor of the run: the element
+    formats, then the block-scaled ones."""
     finite = numerics.finite()
     nonzero = finite - numerics.columns["zero_count"]
     found = []
-    for name, tags in sorted(by_format.items()):
-        casts = db.casts(numerics.run, tags)
-        rows = numerics.row_of(casts.tag_ids, casts.steps)
-        keep = rows >= 0
-        rows = rows[keep]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            under = casts.columns["underflow"][keep] / nonzero[rows]
-            over = casts.columns["overflow"][keep] / finite[rows]
-        found.append(FormatShares(name, rows, np.nan_to_num(under), np.nan_to_num(over)))
+    for block in (False, True):
+        by_format: dict[str, dict[int, int]] = {}
+        for g, info in enumerate(numerics.tensors):
+            for index, name in enumerate(info.block_formats if block else info.formats):
+                by_format.setdefault(name, {})[int(numerics.tag_ids[g])] = index
+        for name, tags in sorted(by_format.items()):
+            read = db.blocks(numerics.run, tags) if block else db.casts(numerics.run, tags)
+            rows = numerics.row_of(read.tag_ids, read.steps)
+            keep = rows >= 0
+            rows, c = rows[keep], {k: v[keep] for k, v in read.columns.items()}
+            clamped = None
+            with np.errstate(divide="ignore", invalid="ignore"):
+                under = np.nan_to_num(c["underflow"] / nonzero[rows])
+                over = np.nan_to_num(c["overflow"] / finite[rows])
+                if block:
+                    filled = c["total_blocks"] - c["zero_blocks"]
+                    clamped = tuple(
+                        np.nan_to_num(c[side] / filled) for side in ("clamped_low", "clamped_high")
+                    )
+            found.append(FormatShares(name, rows, under, over, clamped))
     return found
 
 
@@ -56,11 +82,13 @@ def overflow_findings(
     found = []
     for fs in shares:
         tensors = numerics.tensor[fs.rows]  # ascending, each tensor's steps ascending
-        first = {}
+        first = {"error": {}}
         for severity, limit in (
             ("error", thresholds.overflow_error),
             ("warning", thresholds.overflow_warning),
         ):
+            if fs.block and severity == "error":
+                continue  # a saturated value keeps its block's largest element value
             above = np.flatnonzero(fs.over > limit)
             _, at = np.unique(tensors[above], return_index=True)
             first[severity] = dict(zip(tensors[above[at]].tolist(), above[at].tolist()))
@@ -76,6 +104,18 @@ def overflow_findings(
 def _overflow(numerics, fs: FormatShares, tensors, g: int, i: int, severity: str) -> Finding:
     info, step = numerics.tensors[g], int(numerics.steps[fs.rows[i]])
     last = int(np.searchsorted(tensors, g, side="right")) - 1
+    then = f"({percent(fs.over[last])} at step {int(numerics.steps[fs.rows[last]])})"
+    who = f"{info.tensor_type} {info.name!r}"
+    if fs.block:
+        message = (
+            f"{fs.format} saturates from step {step}: {who} rounds {percent(fs.over[i])} of "
+            f"its finite values down to their block's largest element value {then}"
+        )
+    else:
+        message = (
+            f"{fs.format} overflows from step {step}: {who} loses {percent(fs.over[i])} of "
+            f"its finite values to overflow {then}"
+        )
     return Finding(
         numerics.run,
         step,
@@ -84,9 +124,7 @@ def _overflow(numerics, fs: FormatShares, tensors, g: int, i: int, severity: str
         info.tensor_type,
         info.name,
         float(fs.over[i]),
-        f"{fs.format} overflows from step {step}: {info.tensor_type} {info.name!r} loses "
-        f"{percent(fs.over[i])} of its finite values to overflow ({percent(fs.over[last])} "
-        f"at step {int(numerics.steps[fs.rows[last]])})",
+        message,
         format=fs.format,
     )
 
@@ -134,6 +172,7 @@ def scale_findings(
     ``scale_steps`` recorded steps from its first such step. Shifting a tensor by 2**k
     shifts its bins by k; the loss of each shift is estimated by the dashboards' rule
     (``tandv_tb.cast_estimate``)."""
+    shares = [fs for fs in shares if not fs.block]  # a block format scales itself
     if not shares:
         return []
     wanted: dict[tuple[int, str], np.ndarray] = {}  # (tensor, format) -> rows
@@ -181,6 +220,47 @@ def scale_findings(
                 still_lost=float(after[0] + after[1]),
             )
         )
+    return found
+
+
+def clamp_findings(
+    numerics: RunNumerics, shares: list[FormatShares], thresholds: Thresholds
+) -> list[Finding]:
+    """Per tensor and block format: the first step from which more than
+    ``underflow_share`` of the tensor's non-empty blocks get a clamped scale at
+    ``underflow_window`` consecutive recorded steps (``scale``, a warning)."""
+    found = []
+    for fs in shares:
+        if not fs.block:
+            continue
+        low, high = fs.clamped
+        share = low + high
+        tensors = numerics.tensor[fs.rows]
+        starts, _ = first_stretches(
+            share > thresholds.underflow_share, tensors, thresholds.underflow_window
+        )
+        lowest, highest = block_formats.scale_exponents(fs.format)
+        for i in starts.tolist():
+            g = int(tensors[i])
+            info, step = numerics.tensors[g], int(numerics.steps[fs.rows[i]])
+            last = int(np.searchsorted(tensors, g, side="right")) - 1
+            sides = [f"below 2^{lowest}" if low[i] else "", f"above 2^{highest}" if high[i] else ""]
+            found.append(
+                Finding(
+                    numerics.run,
+                    step,
+                    "scale",
+                    "warning",
+                    info.tensor_type,
+                    info.name,
+                    float(share[i]),
+                    f"{info.tensor_type} {info.name!r} in {fs.format}: {percent(share[i])} of "
+                    f"its non-zero blocks need a scale {' and '.join(filter(None, sides))}, "
+                    f"clamped to the scale's range, from step {step} ({percent(share[last])} "
+                    f"at step {int(numerics.steps[fs.rows[last]])})",
+                    format=fs.format,
+                )
+            )
     return found
 
 

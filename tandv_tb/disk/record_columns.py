@@ -17,6 +17,7 @@ nothing of block formats read such records all the same (without it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from tandv_tb.disk.record import COUNTS, STATISTICS, BlockCounts, NumericsRecord
 from tandv_tb.disk.summary import (
     BINS_OFFSET,
     BLOCK_HEAD,
+    BLOCK_SUMS,
     HEADER,
     SCALE_OFFSET,
     stored_vector,
@@ -51,7 +53,7 @@ class DecodedRows:
     ``bins[bin_starts[i]:bin_starts[i + 1]]`` (from exponent ``bins_lo[i]``); its casts are
     ``casts[cast_starts[i]:cast_starts[i + 1]]``, (underflow, overflow) pairs in the tag's
     format order; its block formats section ``tails[tail_starts[i]:tail_starts[i + 1]]``
-    (empty when it has none; ``to_record`` reads it)."""
+    (empty when it has none), as columns in ``blocks``."""
 
     kept: np.ndarray  # int64[K]
     dtype_codes: np.ndarray  # int64[K]
@@ -67,6 +69,11 @@ class DecodedRows:
 
     def __len__(self) -> int:
         return len(self.kept)
+
+    @functools.cached_property
+    def blocks(self) -> BlockEntries:
+        """The rows' block formats sections as columns (``block_entries``)."""
+        return block_entries(self)
 
 
 def decode_rows(
@@ -432,13 +439,95 @@ def _decode_statistics(bits: np.ndarray, is_float64: np.ndarray) -> np.ndarray:
     return out.reshape(bits.shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class BlockEntries:
+    """The block formats sections of decoded rows as columns: one entry per (row, block
+    format), ordered by row, then by the format's place in its tag's ``block_formats``.
+
+    Entry e is of decoded row ``row[e]`` and block format ``format_index[e]``; its counts
+    are ``counts[e]`` (``BLOCK_HEAD``), its scale histogram ``scales[scale_starts[e]:
+    scale_starts[e + 1]]`` from exponent ``scale_lo[e]`` (trimmed to its non-empty range;
+    ``scale_lo`` 0 when empty), its sums ``exponent``, ``signal`` and ``error``
+    (``record.BlockCounts``). Row i's entries are ``row_starts[i]:row_starts[i + 1]``."""
+
+    row: np.ndarray  # int64[E]
+    format_index: np.ndarray  # int64[E]
+    counts: np.ndarray  # int64[E, len(BLOCK_HEAD)]
+    scale_lo: np.ndarray  # int64[E]
+    scale_starts: np.ndarray  # int64[E + 1]
+    scales: np.ndarray  # int64
+    exponent: np.ndarray  # int64[E]
+    signal: np.ndarray  # float64[E]
+    error: np.ndarray  # float64[E]
+    row_starts: np.ndarray  # int64[K + 1]
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def block_counts(self, entry: int) -> BlockCounts:
+        """The ``BlockCounts`` of one entry."""
+        start, end = self.scale_starts[entry], self.scale_starts[entry + 1]
+        return BlockCounts(
+            *self.counts[entry].tolist(),
+            scale_lo=int(self.scale_lo[entry]),
+            scales=self.scales[start:end].copy(),
+            exponent=int(self.exponent[entry]),
+            signal=float(self.signal[entry]),
+            error=float(self.error[entry]),
+        )
+
+
+def block_entries(rows: DecodedRows) -> BlockEntries:
+    """The block formats sections of ``rows`` (each well formed: ``decode_rows`` checked
+    it) as ``BlockEntries``: vectorised over the rows, one block format at a time."""
+    tails, starts = rows.tails, rows.tail_starts
+    holding = np.flatnonzero(np.diff(starts) > 0)
+    count = tails[starts[holding]]
+    at = starts[holding] + 1
+    fixed = len(BLOCK_HEAD) + 2  # the counts, scale_lo and n_scales
+    parts = []
+    for k in range(int(count.max()) if len(count) else 0):
+        live = np.flatnonzero(count > k)
+        head = tails[at[live, None] + np.arange(fixed)]
+        n = head[:, -1]
+        scales_at = at[live] + fixed
+        sums = tails[(scales_at + n)[:, None] + np.arange(len(BLOCK_SUMS))]
+        parts.append((holding[live], np.full(len(live), k), head, scales_at, n, sums))
+        at[live] = scales_at + n + len(BLOCK_SUMS)
+    row, index, head, scales_at, n, sums = (
+        [np.concatenate(part) for part in zip(*parts)]
+        if parts
+        else [np.zeros(0, np.int64)] * 2
+        + [np.zeros((0, fixed), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)]
+        + [np.zeros((0, len(BLOCK_SUMS)), np.int64)]
+    )
+    order = np.lexsort((index, row))
+    row, index, head, scales_at, n, sums = (
+        a[order] for a in (row, index, head, scales_at, n, sums)
+    )
+    moments = np.ascontiguousarray(sums[:, 1:]).view(np.float64)
+    return BlockEntries(
+        row=row.astype(np.int64),
+        format_index=index.astype(np.int64),
+        counts=head[:, : len(BLOCK_HEAD)].copy(),
+        scale_lo=np.where(n > 0, head[:, -2] - SCALE_OFFSET, 0),
+        scale_starts=_starts(n),
+        scales=tails[ragged_index(scales_at, n)],
+        exponent=sums[:, 0] - BINS_OFFSET,
+        signal=moments[:, 0].copy(),
+        error=moments[:, 1].copy(),
+        row_starts=_starts(np.bincount(row, minlength=len(rows)).astype(np.int64)),
+    )
+
+
 def to_record(
     rows: DecodedRows, i: int, formats: tuple[str, ...], block_formats: tuple[str, ...] = ()
 ) -> NumericsRecord:
     """The ``NumericsRecord`` of decoded row ``i`` (its tag records ``formats`` and
     ``block_formats``, whose section ``decode_rows`` checked with ``n_blocks``)."""
     casts = rows.casts[rows.cast_starts[i] : rows.cast_starts[i + 1]].tolist()
-    tail = rows.tails[rows.tail_starts[i] : rows.tail_starts[i + 1]]
+    entries = rows.blocks
+    first, last = entries.row_starts[i], entries.row_starts[i + 1]
     return NumericsRecord(
         dtype=metadata.DTYPE_CODES[int(rows.dtype_codes[i])],
         **dict(zip(COUNTS, rows.counts[i].tolist())),
@@ -447,27 +536,7 @@ def to_record(
         statistics=dict(zip(STATISTICS, rows.statistics[i].tolist())),
         underflow=dict(zip(formats, casts[0::2])),
         overflow=dict(zip(formats, casts[1::2])),
-        blocks=_block_counts(tail, block_formats),
+        blocks={
+            name: entries.block_counts(e) for name, e in zip(block_formats, range(first, last))
+        },
     )
-
-
-def _block_counts(tail: np.ndarray, names: tuple[str, ...]) -> dict[str, BlockCounts]:
-    """The ``BlockCounts`` of a well-formed block formats section, by format name."""
-    out, at = {}, 1
-    for name in names:
-        head = tail[at : at + len(BLOCK_HEAD)].tolist()
-        lo, n = int(tail[at + len(BLOCK_HEAD)]) - SCALE_OFFSET, int(tail[at + len(BLOCK_HEAD) + 1])
-        at += len(BLOCK_HEAD) + 2
-        scales = tail[at : at + n].copy()
-        exponent, *sums = tail[at + n : at + n + 3].tolist()
-        signal, error = np.array(sums, dtype=np.int64).view(np.float64).tolist()
-        at += n + 3
-        out[name] = BlockCounts(
-            *head,
-            scale_lo=lo if n else 0,
-            scales=scales,
-            exponent=exponent - BINS_OFFSET,
-            signal=signal,
-            error=error,
-        )
-    return out

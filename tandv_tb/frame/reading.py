@@ -114,9 +114,9 @@ def _read_block_frame(logdir: str | os.PathLike, run: str | None, format: str) -
         tags = sorted({f"{e[0]}:{e[1].tensor_type}/{e[1].name}" for e in missing})
         shown = ", ".join(tags[:3]) + (f" and {len(tags) - 3} more" if len(tags) > 3 else "")
         raise ValueError(
-            f"{format} was not recorded for {len(missing)} of {len(entries)} records "
-            f"({shown}): a block-scaled format cannot be estimated from the exponent "
-            f"histogram (the blocks are gone); give {format!r} to formats= when tracking"
+            block_formats.not_recorded(
+                format, f"{len(missing)} of {len(entries)} records ({shown})"
+            )
         ) from BlockFormatNotRecorded(format)
     lo = min((fmt.info(e[3].dtype).min_exponent for e in entries), default=0)
     hi = max((fmt.info(e[3].dtype).max_exponent for e in entries), default=-1)

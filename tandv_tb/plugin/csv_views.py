@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tandv_tb.plugin.block_views import COUNT_COLUMNS
 from tandv_tb.plugin.responses import csv_text
 
 
@@ -48,6 +49,45 @@ def series_csv(payload: dict) -> str:
         for s in payload["series"]
         for st, v in zip(s["steps"].values.tolist(), s["values"].values.tolist())
     )
+    return csv_text(header, rows)
+
+
+def blocks_csv(payload: dict) -> str:
+    """One row per layer and step; per block format ``F`` the columns ``F:<count>`` (the
+    route's counts and ``snr_db``), then ``F:scale:<k>``, the blocks whose scale is 2**k,
+    for every k from the lowest to the highest held by any layer (empty where a layer did
+    not record ``F``)."""
+    held: dict[str, list[tuple[int, int]]] = {}  # format -> each layer's scale exponents
+    for layer in payload["layers"]:
+        for shown in layer["formats"]:
+            width = shown["scales"].values.shape[1]
+            ranges = held.setdefault(shown["format"], [])
+            if width:
+                ranges.append((shown["scale_lo"], shown["scale_lo"] + width))
+    spans = {
+        name: (min(lo for lo, _ in r), max(hi for _, hi in r)) if r else (0, 0)
+        for name, r in held.items()
+    }
+    counts = (*COUNT_COLUMNS, "snr_db")
+    header = ["run", "tensor_type", "layer", "step"]
+    for name, (lo, hi) in spans.items():
+        header += [f"{name}:{c}" for c in counts] + [f"{name}:scale:{k}" for k in range(lo, hi)]
+    rows = []
+    for layer in payload["layers"]:
+        cells: dict[int, dict[str, object]] = {}
+        for shown in layer["formats"]:
+            name, scales = shown["format"], shown["scales"].values
+            for i, step in enumerate(shown["steps"].values.tolist()):
+                row = cells.setdefault(step, {})
+                for c in counts:
+                    row[f"{name}:{c}"] = shown[c].values[i].item()
+                lo, hi = spans[name]
+                for k in range(lo, hi):
+                    j = k - shown["scale_lo"]
+                    inside = 0 <= j < scales.shape[1]
+                    row[f"{name}:scale:{k}"] = int(scales[i, j]) if inside else 0
+        head = [payload["run"], payload["tensor_type"], layer["layer"]]
+        rows += [[*head, step, *(cells[step].get(c) for c in header[4:])] for step in sorted(cells)]
     return csv_text(header, rows)
 
 

@@ -50,9 +50,10 @@ def subtract(
             out_rows.append((steps[:0], values[:0]))
             out_exact.append(is_exact)
             continue
-        series = by_tag[match.tag]
-        other_values, other_exact = metrics.values(series, chosen, format_name)
-        common, mine, theirs = np.intersect1d(steps, series.steps, return_indices=True)
+        other_steps, other_values, other_exact = metrics.layer_values(
+            by_tag[match.tag], chosen, format_name
+        )
+        common, mine, theirs = np.intersect1d(steps, other_steps, return_indices=True)
         a = values[mine].astype(np.float64)
         b = other_values[theirs].astype(np.float64)
         with np.errstate(invalid="ignore"):

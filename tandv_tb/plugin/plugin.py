@@ -25,7 +25,7 @@ from werkzeug import wrappers
 
 from tandv_tb.disk import metadata
 from tandv_tb.disk.locations import StorageError
-from tandv_tb.plugin import csv_views, findings_route, views
+from tandv_tb.plugin import block_views, csv_views, findings_route, views
 from tandv_tb.plugin.listing import Listing, provider_tags, store_tags
 from tandv_tb.plugin.params import Params
 from tandv_tb.plugin.response_cache import ResponseCache
@@ -52,6 +52,7 @@ RUN_ROUTES = {
     "histogram": views.histogram,
     "heatmap": views.heatmap,
     "series": views.series,
+    "blocks": block_views.blocks,
 }
 #: Routes without a run (or, for scalars, not bound to the numerics of a run).
 PLAIN_ROUTES = {
@@ -65,6 +66,7 @@ CSV_ROUTES = {
     "histogram.csv": ("histogram", csv_views.histogram_csv),
     "heatmap.csv": ("heatmap", csv_views.heatmap_csv),
     "series.csv": ("series", csv_views.series_csv),
+    "blocks.csv": ("blocks", csv_views.blocks_csv),
     "scalars.csv": ("scalars", csv_views.scalars_csv),
 }
 #: The route over several runs (cached while none of them changes).

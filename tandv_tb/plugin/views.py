@@ -7,10 +7,11 @@ import dataclasses
 import numpy as np
 from tensorboard.errors import InvalidArgumentError, NotFoundError
 
+from tandv_tb import block_formats
 from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata
 from tandv_tb.disk.record import COUNTS
-from tandv_tb.plugin import difference, metrics
+from tandv_tb.plugin import block_views, difference, metrics, snr
 from tandv_tb.plugin.casts import cast_counts
 from tandv_tb.plugin.downsample import (
     REDUCTIONS,
@@ -80,8 +81,11 @@ def format_json(name: str) -> dict:
 
 
 def canonical_format(name: str) -> str:
-    """The ml_dtypes name of a format; 400 for anything else."""
+    """The canonical name of a format (an ml_dtypes name, or a block-scaled format's);
+    400 for anything else."""
     try:
+        if block_views.is_block(name):
+            return block_formats.block_format(name).name
         return fmt.info(name).name
     except (ValueError, TypeError) as error:
         raise InvalidArgumentError(str(error)) from None
@@ -129,11 +133,13 @@ def runs(query: Query) -> dict:
         if not entries:
             continue
         recorded = sorted({f for e in entries for f in e.info.formats})
+        blocks = sorted({f for e in entries for f in e.info.block_formats})
         listed.append(
             {
                 "run": run,
                 "tensor_types": index.tensor_types(),
                 "formats": recorded,
+                "block_formats": blocks,
                 "layer_count": len({e.info.name for e in entries}),
                 "max_step": max(e.max_step for e in entries),
             }
@@ -152,6 +158,9 @@ def runs(query: Query) -> dict:
 def formats_listing(query: Query) -> dict:
     return {
         "formats": [format_json(name) for name in metadata.DTYPE_CODES],
+        "block_formats": [
+            block_views.block_format_json(name) for name in block_formats.with_rules()
+        ],
         "default_overlays": list(fmt.DEFAULT_OVERLAYS),
     }
 
@@ -167,6 +176,7 @@ def layers(query: Query, index: RunIndex) -> dict:
     for entry, series in zip(entries, query.series(index, entries, Needs(("dtype_code",)))):
         row = _layer_json(entry, series.last_dtype())
         row["formats"] = list(entry.info.formats)
+        row["block_formats"] = list(entry.info.block_formats)
         row["steps"] = len(series)
         row["first_step"] = int(series.steps[0]) if len(series) else None
         row["last_step"] = int(series.steps[-1]) if len(series) else None
@@ -201,15 +211,16 @@ def histogram(query: Query, index: RunIndex) -> dict:
     tensor_type = params.text("tensor_type")
     entries = [index.layer(tensor_type, name) for name in params.texts("layer", required=True)]
     step = params.integer("step", low=0, high=MAX_STEP)
-    asked = _formats(params)
+    asked_elements, asked_blocks = fmt.split_formats(tuple(_formats(params)))
     listed = []
     for entry in entries:
+        blocks = block_views.layer_block_formats(entry, list(asked_blocks) or None, index.run)
         found = query.numerics().record(index.run, entry.tag, step)
         if found is None:
             raise NotFoundError(f"layer {entry.info.name!r} has no readable steps")
         held_step, record = found
         one = LayerSeries.of_record(entry.info, held_step, record)
-        shown = asked or list(
+        shown = list(asked_elements) or list(
             dict.fromkeys([record.dtype, *entry.info.formats, *fmt.DEFAULT_OVERLAYS])
         )
         dtype_info = fmt.info(record.dtype)
@@ -223,6 +234,7 @@ def histogram(query: Query, index: RunIndex) -> dict:
             "counts": Numbers(np.asarray(record.counts, dtype=np.int64)),
             "statistics": record.statistics,
             "formats": [_format_counts(one, name) for name in shown],
+            "blocks": [block_views.block_counts_json(b, record.blocks[b]) for b in blocks],
         }
         listed.append(item)
     return {
@@ -256,23 +268,30 @@ def heatmap(query: Query, index: RunIndex) -> dict:
     low, high = params.step_window()
     entries = _selected_layers(index, tensor_type, params)
     other = difference.minus_index(query, index, tensor_type)
+    _check_block_format(format_name, tensor_type, index, entries, other)
     needs = metrics.needs(chosen, format_name)
+    pooled = chosen.metric == "snr_db" and other is None  # a cell's records together
     tags = [e.tag for e in entries]
     grid = query.numerics().grid(index.run, tags, needs) if other is None else None
     if grid is not None:  # every layer at the same steps: one matrix
-        matrix, is_exact = metrics.values(grid, chosen, format_name)
         shown = window(grid.steps, low, high)
         columns = Columns.split(grid.steps[shown], n_columns)
-        values = reduce_matrix(columns, matrix[:, shown], how)
-        present = np.ones(values.shape, dtype=bool)
-        exact = [is_exact] * len(entries)
+        if pooled:
+            sums = snr.block_sums(grid, format_name)
+            rows = [(grid.steps, *(part[i] for part in sums)) for i in range(len(entries))]
+            values, present = snr.pooled(columns, rows, how, low, high)
+        else:
+            matrix, is_exact = metrics.values(grid, chosen, format_name)
+            values = reduce_matrix(columns, matrix[:, shown], how)
+            present = np.ones(values.shape, dtype=bool)
+        exact = [True if pooled else is_exact] * len(entries)
         dtypes = grid.last_dtypes()
     else:
         all_series = query.series(index, entries, needs)
         rows, exact = [], []
         for one in all_series:
-            row_values, is_exact = metrics.values(one, chosen, format_name)
-            rows.append((one.steps, row_values))
+            row_steps, row_values, is_exact = metrics.layer_values(one, chosen, format_name)
+            rows.append((row_steps, row_values))
             exact.append(is_exact)
         if other is not None:
             rows, exact = difference.subtract(
@@ -280,7 +299,11 @@ def heatmap(query: Query, index: RunIndex) -> dict:
             )
         steps = union_steps([row_steps for row_steps, _ in rows], low, high)
         columns = Columns.split(steps, n_columns)
-        values, present = reduce_rows(columns, rows, how, low, high)
+        if pooled:
+            rows = [_sums_row(one, format_name, row[0]) for one, row in zip(all_series, rows)]
+            values, present = snr.pooled(columns, rows, how, low, high)
+        else:
+            values, present = reduce_rows(columns, rows, how, low, high)
         dtypes = [one.last_dtype() for one in all_series]
     finite = values[present & np.isfinite(values)]
     value_range = {"min": float(finite.min()), "max": float(finite.max())} if finite.size else None
@@ -309,6 +332,32 @@ def heatmap(query: Query, index: RunIndex) -> dict:
     }
 
 
+def _check_block_format(
+    format_name: str | None,
+    tensor_type: str,
+    index: RunIndex,
+    entries: list[TagEntry],
+    other: RunIndex | None,
+) -> None:
+    """400 where a block format is asked of layers none of which recorded it (in the run,
+    or in the run subtracted from it)."""
+    if not block_views.is_block(format_name):
+        return
+    where = f"the {tensor_type} layers of run {index.run!r}"
+    block_views.check_recorded(format_name, entries, where)
+    if other is not None:
+        matched = [other.entries.get((tensor_type, e.info.name)) for e in entries]
+        where = f"the {tensor_type} layers of run {other.run!r}"
+        block_views.check_recorded(format_name, [m for m in matched if m], where)
+
+
+def _sums_row(one: LayerSeries, format_name: str, steps: np.ndarray) -> snr.SumsRow:
+    """One layer's signal and error sums at ``steps`` (its steps holding the format)."""
+    if not len(steps):
+        return steps, *(np.zeros(0),) * 3
+    return (one.steps, *snr.block_sums(one, format_name))
+
+
 def series(query: Query, index: RunIndex) -> dict:
     params = query.params
     tensor_type = params.text("tensor_type")
@@ -321,17 +370,24 @@ def series(query: Query, index: RunIndex) -> dict:
     needs = Needs()
     for metric in chosen:
         needs = needs | metrics.needs(metric, format_name)
+    if needs.format is not None and block_views.is_block(needs.format):
+        for entry in entries:
+            block_views.layer_block_formats(entry, [needs.format], index.run)
     listed = []
     for entry, layer_series in zip(entries, query.series(index, entries, needs)):
         steps = union_steps([layer_series.steps], low, high)
         columns = Columns.split(steps, points)
         for metric in chosen:
-            values, exact = metrics.values(layer_series, metric, format_name)
+            held, values, exact = metrics.layer_values(layer_series, metric, format_name)
             if how is None:
-                keep = np.isin(layer_series.steps, steps)
-                out_steps, out_values = layer_series.steps[keep], values[keep]
+                keep = np.isin(held, steps)
+                out_steps, out_values = held[keep], values[keep]
+            elif metric.metric == "snr_db":  # a point's records together
+                row = (held, *snr.block_sums(layer_series, format_name))
+                reduced, _ = snr.pooled(columns, [row], how, low, high)
+                out_steps, out_values = columns.first_steps, reduced[0]
             else:
-                reduced, _ = reduce_rows(columns, [(layer_series.steps, values)], how, low, high)
+                reduced, _ = reduce_rows(columns, [(held, values)], how, low, high)
                 out_steps, out_values = columns.first_steps, reduced[0]
             listed.append(
                 {

@@ -6,7 +6,8 @@ up (each imports only modules listed before it):
   opening it whatever state it was left in; ``run_ids``: a run's name to its id;
 - ``logdir``: the runs under a logdir (a local folder, an fsspec URL, a ``--logdir_spec``)
   and their event files (listing, reading bytes; ``tandv_tb.disk.locations``);
-- ``ingest``: a run brought up to date with its files; ``updates``: when (``refresh``,
+- ``block_rows``: the block-scaled formats' rows of a chunk of records; ``ingest``: a run
+  brought up to date with its files; ``updates``: when (``refresh``,
   the background build);
 - ``results``: a query's result as numpy columns, in (tag, step) order; ``rows``: records
   by (tag, step) and the one index over them; ``layout``: how stored rows are arranged

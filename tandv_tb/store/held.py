@@ -51,23 +51,25 @@ class HeldColumns:
             held[name] = values
         return layout, {c: held[c] for c in columns}
 
-    def casts(
+    def per_format(
         self,
         run: str,
         version: int,
         present: list[int],
+        table: str,
         recorded: dict[int, int],
+        columns: tuple[str, ...],
         layout: HeldLayout,
     ) -> dict[str, np.ndarray] | Rows:
-        """The exact casts of the ``recorded`` tags (``{tag_id: format index}``), kept like
-        a column: arranged by ``layout`` (of ``present``) where they line up with it, else
-        as ``Rows`` of their own."""
-        key = (run, version, tuple(present), "casts", *sorted(recorded.items()))
+        """``columns`` of ``table`` (casts or block formats) of the ``recorded`` tags
+        (``{tag_id: format index}``), kept like a column: arranged by ``layout`` (of
+        ``present``) where they line up with it, else as ``Rows`` of their own."""
+        key = (run, version, tuple(present), table, columns, *sorted(recorded.items()))
         held = self._columns.get(key)
         if held is None:
-            held = self._reader.casts_in(run, recorded, layout)
+            held = self._reader.per_format_in(run, table, recorded, columns, layout)
             if held is None:
-                held = self._reader.casts(run, recorded)
+                held = self._reader.per_format(run, table, recorded, columns)
             self._columns.put(key, held)
         return held
 

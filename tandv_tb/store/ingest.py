@@ -19,6 +19,7 @@ from tandv_tb.disk.chunk_values import Chunk
 from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.disk.record_columns import DecodedRows, decode_rows, ragged_index
 from tandv_tb.disk.tag_table import TagTable
+from tandv_tb.store.block_rows import block_rows
 from tandv_tb.store.logdir import RunFiles
 from tandv_tb.store.schema import FILE_ROWS
 
@@ -125,14 +126,24 @@ def _decode(run_id: int, file_id: int, first_seq: int, chunk: Chunk, table: TagT
     for problem in chunk.problems:
         logger.warning("tandv_tb: %s", problem)
     n_formats = np.array([len(i.formats) if i else 0 for i in table.infos], dtype=np.int64)
-    rows = decode_rows(chunk.contents, chunk.sizes, n_formats[chunk.tags], with_bins=False)
+    n_blocks = np.array([len(i.block_formats) if i else 0 for i in table.infos], dtype=np.int64)
+    rows = decode_rows(
+        chunk.contents,
+        chunk.sizes,
+        n_formats[chunk.tags],
+        with_bins=False,
+        n_blocks=n_blocks[chunk.tags],
+    )
     malformed = np.bincount(chunk.tags, minlength=len(table)) - np.bincount(
         chunk.tags[rows.kept], minlength=len(table)
     )
-    records, casts = _record_rows(run_id, file_id, first_seq, chunk, rows)
+    records, casts, order = _record_rows(run_id, file_id, first_seq, chunk, rows)
+    blocks, block_scales = block_rows(records, rows.blocks, order)
     found = {
         "records": records,
         "casts": casts,
+        "blocks": blocks,
+        "block_scales": block_scales,
         "nonfinite": _nonfinite_rows(run_id, file_id, chunk),
         "scalars": _scalar_rows(run_id, file_id, first_seq, chunk),
     }
@@ -275,12 +286,12 @@ def _objects(values) -> np.ndarray:
 
 def _record_rows(
     run_id: int, file_id: int, first_seq: int, chunk: Chunk, rows: DecodedRows
-) -> tuple[Columns, Columns | None]:
+) -> tuple[Columns, Columns | None, np.ndarray]:
     """The ``records`` and ``casts`` rows of a chunk's readable records, ordered by (step,
-    tag, seq): a run written step by step (as trackers write) is then stored step by step,
-    each step with its tags in order, and a column of many tags read back is a [steps,
-    tags] matrix whose transpose is their (tag, step) order, with nothing to sort or gather
-    (``layout.HeldLayout``)."""
+    tag, seq), and that order (the decoded row of each record): a run written step by step
+    (as trackers write) is then stored step by step, each step with its tags in order, and
+    a column of many tags read back is a [steps, tags] matrix whose transpose is their
+    (tag, step) order, with nothing to sort or gather (``layout.HeldLayout``)."""
     order = np.lexsort((rows.kept, chunk.tags[rows.kept], chunk.steps[rows.kept]))
     kept = rows.kept[order]
     n = len(kept)
@@ -311,7 +322,7 @@ def _record_rows(
     records = columns
     n_pairs = (np.diff(rows.cast_starts) // 2)[order]
     if not n_pairs.any():
-        return records, None
+        return records, None, order
     row_of_pair = np.repeat(np.arange(n), n_pairs)
     first_pair = np.concatenate(([0], np.cumsum(n_pairs)[:-1]))
     pair_in_row = np.arange(len(row_of_pair)) - np.repeat(first_pair, n_pairs)
@@ -326,4 +337,4 @@ def _record_rows(
         "underflow": np.ascontiguousarray(casts[0::2]),
         "overflow": np.ascontiguousarray(casts[1::2]),
     }
-    return records, casts
+    return records, casts, order

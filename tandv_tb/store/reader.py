@@ -191,60 +191,102 @@ class Reader:
                 out[offsets[row] : offsets[row + 1]] = np.frombuffer(blob or b"", np.uint8)
         return out, offsets
 
-    # -- casts ---------------------------------------------------------------------------------
-    def casts(self, run: str, tags: dict[int, int]) -> Rows:
-        """Exact (underflow, overflow) of one format at every record of the tags, given as
-        ``{tag_id: the format's index in that tag's formats}``."""
+    # -- per record and format: casts and block formats --------------------------------------
+    def per_format(
+        self, run: str, table: str, tags: dict[int, int], columns: tuple[str, ...]
+    ) -> Rows:
+        """``columns`` of ``table`` (``casts`` or ``blocks``: one row per record and format)
+        at every record of the tags, for one format given as ``{tag_id: its index in that
+        tag's formats}`` (``block_formats`` for ``blocks``)."""
         cursor = self._cursor()
-        read = self._casts_reader(cursor, run, tags)
+        read = self._per_format_reader(cursor, run, table, tags)
         cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
         try:
-            table = read("tag_id, step, format_index, underflow, overflow")
-            order = latest_per_step(table, lambda: read("tag_id, format_index, file_id, seq"))
+            found = read(", ".join(("tag_id", "step", "format_index", *columns)))
+            order = latest_per_step(found, lambda: read("tag_id, format_index, file_id, seq"))
         finally:
             cursor.execute("COMMIT")
-        return rows_at(table, order, ("underflow", "overflow"))
+        return rows_at(found, order, columns)
 
-    def casts_in(
-        self, run: str, tags: dict[int, int], layout: HeldLayout
+    def per_format_in(
+        self,
+        run: str,
+        table: str,
+        tags: dict[int, int],
+        columns: tuple[str, ...],
+        layout: HeldLayout,
     ) -> dict[str, np.ndarray] | None:
-        """``casts`` of tags that all hold the format at one index, arranged by ``layout``
-        (the tags' records): casts are stored in the order of their records, one row per
-        record and format, so they come back in the records' stored order. Their tags and
-        steps are checked against the layout; None where they differ (use ``casts``)."""
+        """``per_format`` of tags that all hold the format at one index, arranged by
+        ``layout`` (the tags' records): such rows are stored in the order of their records,
+        one per record and format, so they come back in the records' stored order. Their
+        tags and steps are checked against the layout; None where they differ (use
+        ``per_format``)."""
         if len(set(tags.values())) != 1:
             return None
-        where, params = self._casts_where(run, tags)
-        query = f"SELECT tag_id, step, underflow, overflow FROM casts WHERE {where}"
-        table = fetch(self._cursor(), query, params)
-        if not layout.matches(table["tag_id"], table["step"]):
+        where, params = self._per_format_where(run, tags)
+        query = f"SELECT tag_id, step, {', '.join(columns)} FROM {table} WHERE {where}"
+        found = fetch(self._cursor(), query, params)
+        if not layout.matches(found["tag_id"], found["step"]):
             return None
-        return {name: layout.arrange(table[name]) for name in ("underflow", "overflow")}
+        return {name: layout.arrange(found[name]) for name in columns}
 
-    def _casts_reader(self, cursor, run: str, tags: dict[int, int]) -> Callable[[str], Table]:
-        """Reads columns of the casts of ``tags`` (``casts``) through ``cursor``."""
+    def _per_format_reader(
+        self, cursor, run: str, table: str, tags: dict[int, int]
+    ) -> Callable[[str], Table]:
+        """Reads columns of ``table`` for the tags' formats (``per_format``) through
+        ``cursor``."""
         indexes = sorted(set(tags.values()))
-        where, params = self._casts_where(run, tags)
+        where, params = self._per_format_where(run, tags)
         wanted = np.full(max(tags, default=0) + 1, -1)
         wanted[list(tags)] = list(tags.values())
 
         def read(columns: str) -> Table:
-            table = fetch(cursor, f"SELECT {columns} FROM casts WHERE {where}", params)
+            found = fetch(cursor, f"SELECT {columns} FROM {table} WHERE {where}", params)
             if len(indexes) <= 1:
-                return table
-            keep = wanted[table["tag_id"]] == table["format_index"]
-            return {name: values[keep] for name, values in table.items()}
+                return found
+            keep = wanted[found["tag_id"]] == found["format_index"]
+            return {name: values[keep] for name, values in found.items()}
 
         return read
 
-    def _casts_where(self, run: str, tags: dict[int, int]) -> tuple[str, list]:
-        """The casts of ``tags`` at their formats' indexes (with rows of other tags at
-        those indexes where the indexes differ: ``casts`` drops them)."""
+    def _per_format_where(self, run: str, tags: dict[int, int]) -> tuple[str, list]:
+        """The rows of ``tags`` at their formats' indexes (with rows of other tags at
+        those indexes where the indexes differ: ``per_format`` drops them)."""
         indexes = sorted(set(tags.values()))
         where, params = self._where(run, list(tags))
         if len(indexes) > 1:  # the format is at another place in some tags' formats
             return f"{where} AND list_contains(?::INTEGER[], format_index)", [*params, indexes]
         return f"{where} AND format_index = ?", [*params, indexes[0] if indexes else -1]
+
+    def block_scales(
+        self, run: str, tag_id: int, format_index: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(steps, scale exponents, blocks)`` of the non-empty scale exponents of one
+        block format (``format_index`` in the tag's ``block_formats``) at every record of
+        one tag, by step, then exponent (of two records at one step the later written)."""
+        params = [self._run_ids.find(run), tag_id, format_index]
+        where = "run_id = ? AND tag_id = ? AND format_index = ?"
+        cursor = self._cursor()
+        cursor.execute("BEGIN TRANSACTION")  # both reads see the same rows
+        try:
+            written = fetch(
+                cursor,
+                f"SELECT step, file_id, seq FROM blocks WHERE {where} ORDER BY step, file_id, seq",
+                params,
+            )
+            found = fetch(
+                cursor,
+                "SELECT step, file_id, seq, scale_exponent, n_blocks FROM block_scales "
+                f"WHERE {where} ORDER BY step, file_id, seq, scale_exponent",
+                params,
+            )
+        finally:
+            cursor.execute("COMMIT")
+        steps = written["step"]
+        last = np.append(steps[1:] != steps[:-1], True)  # each step's last written record
+        latest = _record_keys(written)[last]
+        keep = np.isin(_record_keys(found), latest)
+        return found["step"][keep], found["scale_exponent"][keep], found["n_blocks"][keep]
 
     # -- the watch and TensorBoard's scalars ---------------------------------------------------
     def nonfinite(self, run: str) -> list[NonfiniteStep]:
@@ -287,3 +329,8 @@ class Reader:
                 steps[keep], table["wall_time"][first:last][keep], table["value"][first:last][keep]
             )
         return found
+
+
+def _record_keys(table: Table) -> np.ndarray:
+    """One integer per record: its file and its place in the file."""
+    return (table["file_id"].astype(np.int64) << 40) | table["seq"]

@@ -10,17 +10,22 @@
   bytes, ``tandv_tb.disk.summary``) lies in its event file (``vector_offset``; -1: kept
   inline in ``vector``, for a vector re-encoded from an old version).
 - ``casts``: the exact under/overflow of each recorded format, one row per record and
-  format; ``nonfinite``: the watch's entries; ``scalars``: TensorBoard's scalars (the
-  loss).
+  format (``format_index``: its place in the tag's ``formats``); ``blocks``: what each
+  recorded block-scaled format does (``record.BlockCounts``: counts, every block
+  (``total_blocks``) and the error's sums), one row per record and block format
+  (``format_index`` in the tag's ``block_formats``); ``block_scales``: their blocks per
+  scale exponent, a row per non-empty exponent; ``nonfinite``: the watch's entries;
+  ``scalars``: TensorBoard's scalars (the loss).
 """
 
 from __future__ import annotations
 
 from tandv_tb.disk.record import COUNTS, STATISTICS
+from tandv_tb.disk.summary import BLOCK_HEAD
 
 #: Bump when the tables or their stored order change: a store of another version is
 #: rebuilt, never misread.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Every table, with its columns in stored order.
 TABLES: dict[str, tuple[str, ...]] = {
@@ -79,6 +84,29 @@ TABLES: dict[str, tuple[str, ...]] = {
         "underflow BIGINT",
         "overflow BIGINT",
     ),
+    "blocks": (
+        "run_id INTEGER",
+        "file_id INTEGER",
+        "seq BIGINT",
+        "tag_id INTEGER",
+        "step BIGINT",
+        "format_index TINYINT",
+        *(f"{count} BIGINT" for count in BLOCK_HEAD),
+        "total_blocks BIGINT",
+        "exponent INTEGER",
+        "signal DOUBLE",
+        "error DOUBLE",
+    ),
+    "block_scales": (
+        "run_id INTEGER",
+        "file_id INTEGER",
+        "seq BIGINT",
+        "tag_id INTEGER",
+        "step BIGINT",
+        "format_index TINYINT",
+        "scale_exponent INTEGER",
+        "n_blocks BIGINT",
+    ),
 }
 
 #: The tables of rows read from an event file (their ``file_id`` names it): one chunk's rows
@@ -91,6 +119,9 @@ FILE_ROWS = tuple(
 
 #: The scalar columns of ``records`` a read may ask for (``step`` and ``tag_id`` always come).
 RECORD_COLUMNS = ("dtype_code", *COUNTS, *STATISTICS, "wall_time")
+#: The columns of ``casts`` and ``blocks`` read per record and format.
+CAST_COLUMNS = ("underflow", "overflow")
+BLOCK_COLUMNS = (*BLOCK_HEAD, "total_blocks", "exponent", "signal", "error")
 
 
 def create_tables(connection) -> None:

@@ -1,7 +1,8 @@
 """What the store gives the routes: every stored step of some tags as numpy columns.
 
 A ``LayerSeries`` holds one tag's steps; a ``LayerGrid`` holds tags that share their steps,
-each column a [tags, steps] matrix (a heatmap computes on it at once). Both are read with
+each column a [tags, steps] matrix (a heatmap computes on it at once). A ``BlockHistory``
+is one tag's record of a block-scaled format, its scale histograms included. Both are read with
 only the columns a request needs (``Needs``): a heatmap of ``log2_max_abs`` over 1,000
 layers and 2,500 steps reads one statistic, not the records. A ``ScalarSeries`` is one of
 TensorBoard's scalars (the loss line).
@@ -124,6 +125,18 @@ class LayerGrid(StepColumns):
     def last_dtypes(self) -> list[str]:
         """Each tag's dtype at the last step."""
         return [metadata.DTYPE_CODES[code] for code in self.dtype_codes[:, -1].tolist()]
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockHistory:
+    """What one block-scaled format does to one tag at every held step: the columns of
+    ``schema.BLOCK_COLUMNS`` ([S] each), and the blocks per scale exponent as a [S, E]
+    matrix whose column j is exponent ``scale_lo + j`` (the range of the non-empty ones)."""
+
+    steps: np.ndarray  # int64[S]
+    columns: dict[str, np.ndarray]
+    scale_lo: int
+    scales: np.ndarray  # int64[S, E]
 
 
 @dataclasses.dataclass(frozen=True)

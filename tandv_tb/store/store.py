@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from tandv_tb import block_formats
 from tandv_tb.disk.locations import StorageError
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
@@ -36,7 +37,15 @@ from tandv_tb.store.logdir import Logdir
 from tandv_tb.store.reader import Reader
 from tandv_tb.store.rows import Rows
 from tandv_tb.store.run_ids import RunIds
-from tandv_tb.store.series import Bins, LayerGrid, LayerSeries, Needs, ScalarSeries
+from tandv_tb.store.schema import BLOCK_COLUMNS, CAST_COLUMNS
+from tandv_tb.store.series import (
+    Bins,
+    BlockHistory,
+    LayerGrid,
+    LayerSeries,
+    Needs,
+    ScalarSeries,
+)
 from tandv_tb.store.updates import Updates
 
 logger = logging.getLogger(__name__)
@@ -212,7 +221,22 @@ class NumericsStore:
     def casts(self, run: str, tags: dict[int, int]) -> Rows:
         """Exact (underflow, overflow) of one format at every record of the tags, given as
         ``{tag_id: the format's index in that tag's formats}``."""
-        return self._reader.casts(run, tags)
+        return self._reader.per_format(run, "casts", tags, CAST_COLUMNS)
+
+    def blocks(self, run: str, tags: dict[int, int]) -> Rows:
+        """What one block-scaled format does at every record of the tags, given as
+        ``{tag_id: the format's index in that tag's block_formats}``: the columns
+        ``BLOCK_COLUMNS`` (``record.BlockCounts``' counts, ``total_blocks``, and the
+        error's ``exponent``, ``signal`` and ``error``)."""
+        return self._reader.per_format(run, "blocks", tags, BLOCK_COLUMNS)
+
+    def block_scales(
+        self, run: str, tag_id: int, format_index: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(steps, scale exponents, blocks)``: the blocks of one block-scaled format
+        (``format_index`` in the tag's ``block_formats``) per non-empty scale exponent at
+        every record of a tag, by step, then exponent."""
+        return self._reader.block_scales(run, tag_id, format_index)
 
     def nonfinite(self, run: str) -> list[NonfiniteStep]:
         """The watch's records of a run, by step, entries in execution order."""
@@ -236,22 +260,20 @@ class NumericsStore:
         present = [found[0] for found in known if found is not None]
         version = self.version(run)
         layout, columns = self._held.read(run, version, present, needs.columns)
-        recorded, estimated = {}, []
-        for found in known:
-            if found is not None and needs.format is not None:
-                tag_id, info, _ = found
-                if needs.format in info.formats:
-                    recorded[tag_id] = info.formats.index(needs.format)
-                else:
-                    estimated.append(tag_id)
-        casts = self._held.casts(run, version, present, recorded, layout) if recorded else None
+        per_format = estimated = None
+        if needs.format is not None:
+            table, recorded, estimated = _recorded(known, needs.format)
+            if recorded:
+                per_format = self._held.per_format(
+                    run, version, present, table, recorded, TABLE_COLUMNS[table], layout
+                )
         vectors = (
             self._reader.rows(run, estimated, (), vectors=True)
             if estimated and needs.bins
             else None
         )
         return [
-            _layer(tag, found, layout, columns, casts, vectors, needs.format)
+            _layer(tag, found, layout, columns, per_format, vectors, needs.format)
             for tag, found in zip(tags, known)
         ]
 
@@ -264,8 +286,9 @@ class NumericsStore:
         known = [_usable(stored, tag) for tag in tags]
         if not known or any(found is None for found in known):
             return None
-        formats = {info.formats for _, info, _ in known}
-        common = known[0][1].formats if len(formats) == 1 else ()
+        block = needs.format is not None and block_formats.is_block_format(needs.format)
+        kinds = {info.block_formats if block else info.formats for _, info, _ in known}
+        common = next(iter(kinds)) if len(kinds) == 1 else ()
         if needs.format is not None and needs.format not in common:
             return None
         present = [tag_id for tag_id, _, _ in known]
@@ -274,15 +297,37 @@ class NumericsStore:
         if layout.grid is None:
             return None
         if needs.format is not None:
+            table = "blocks" if block else "casts"
             index = dict.fromkeys(present, common.index(needs.format))
-            casts = self._held.casts(run, version, present, index, layout)
-            if not isinstance(casts, dict):
+            found = self._held.per_format(
+                run, version, present, table, index, TABLE_COLUMNS[table], layout
+            )
+            if not isinstance(found, dict):
                 return None
-            columns = {**columns, **{f"{k}:{needs.format}": v for k, v in casts.items()}}
+            columns = {**columns, **{f"{k}:{needs.format}": v for k, v in found.items()}}
         rows = [layout.grid.row_of[tag_id] for tag_id in present]
         if rows != list(range(len(rows))):  # tags not in the order of their ids
             columns = {name: values[rows] for name, values in columns.items()}
-        return LayerGrid(tuple(common), layout.grid.steps, columns)
+        info = known[0][1]
+        formats = (*info.formats, *info.block_formats) if len(kinds) == 1 else ()
+        return LayerGrid(tuple(common if needs.format else formats), layout.grid.steps, columns)
+
+    def block_history(self, run: str, tag: str, format_name: str) -> BlockHistory | None:
+        """Every held step of what the block format ``format_name`` does to ``tag``; None
+        where the tag did not record it (or the store does not hold the tag)."""
+        found = _usable(self.tags(run), tag)
+        if found is None or format_name not in found[1].block_formats:
+            return None
+        tag_id, info, _ = found
+        index = info.block_formats.index(format_name)
+        rows = self.blocks(run, {tag_id: index})
+        steps, exponents, counts = self.block_scales(run, tag_id, index)
+        lo = int(exponents.min()) if len(exponents) else 0
+        width = int(exponents.max()) - lo + 1 if len(exponents) else 0
+        scales = np.zeros((len(rows.steps), width), dtype=np.int64)
+        at = np.searchsorted(rows.steps, steps)
+        scales[at, exponents - lo] = counts
+        return BlockHistory(rows.steps, rows.columns, lo, scales)
 
     def record(self, run: str, tag: str, step: int | None) -> tuple[int, NumericsRecord] | None:
         """The held step of ``tag`` nearest to ``step`` (the last when None; the earlier
@@ -308,12 +353,37 @@ def _usable(stored: StoredTags, tag: str) -> tuple[int, TagInfo, int] | None:
     return found if found is not None and found[1] is not None else None
 
 
+#: The columns read per record and format, by table.
+TABLE_COLUMNS = {"casts": CAST_COLUMNS, "blocks": BLOCK_COLUMNS}
+
+
+def _recorded(
+    known: list[tuple[int, TagInfo, int] | None], format_name: str
+) -> tuple[str, dict[int, int], list[int]]:
+    """Where the tags hold ``format_name``: its table (``casts``, or ``blocks`` for a
+    block-scaled format), ``{tag_id: its index in the tag's formats}`` of the tags that
+    recorded it, and the tags whose casts are to be estimated (an element format they did
+    not record; a block format is never estimated)."""
+    block = block_formats.is_block_format(format_name)
+    recorded, estimated = {}, []
+    for found in known:
+        if found is None:
+            continue
+        tag_id, info, _ = found
+        listed = info.block_formats if block else info.formats
+        if format_name in listed:
+            recorded[tag_id] = listed.index(format_name)
+        elif not block:
+            estimated.append(tag_id)
+    return ("blocks" if block else "casts"), recorded, estimated
+
+
 def _layer(
     tag: str,
     found: tuple[int, TagInfo, int] | None,
     layout: HeldLayout,
     columns: dict[str, np.ndarray],
-    casts: dict[str, np.ndarray] | Rows | None,
+    per_format: dict[str, np.ndarray] | Rows | None,
     vectors: Rows | None,
     format_name: str | None,
 ) -> LayerSeries:
@@ -324,33 +394,37 @@ def _layer(
     tag_id, info, malformed = found
     series = LayerSeries(
         info.name,
-        tuple(info.formats),
+        (*info.formats, *info.block_formats),
         layout.steps_of(tag_id),
         {name: layout.part(values, tag_id) for name, values in columns.items()},
         skipped_steps=malformed,
     )
     if format_name is None:
         return series
-    if format_name in info.formats and casts is not None:
-        for kind in ("underflow", "overflow"):
-            if isinstance(casts, dict):
-                values = layout.part(casts[kind], tag_id)
-            else:
-                first, last = casts.index.bounds(tag_id)
-                values = casts.columns[kind][first:last]
-            series.columns[f"{kind}:{format_name}"] = values
+    if format_name in series.formats and per_format is not None:
+        if isinstance(per_format, dict):
+            parts = {k: layout.part(v, tag_id) for k, v in per_format.items()}
+        else:
+            first, last = per_format.index.bounds(tag_id)
+            parts = {k: v[first:last] for k, v in per_format.columns.items()}
+        series.columns.update({f"{k}:{format_name}": v for k, v in parts.items()})
     elif vectors is not None:
-        series.bins = _bins(vectors, tag_id, len(info.formats))
+        series.bins = _bins(vectors, tag_id, len(info.formats), len(info.block_formats))
     return series
 
 
-def _bins(vectors: Rows, tag_id: int, n_formats: int) -> Bins:
+def _bins(vectors: Rows, tag_id: int, n_formats: int, n_blocks: int) -> Bins:
     """The exponent histograms of one tag's rows, decoded from their stored vectors."""
     start, end = vectors.index.bounds(tag_id)
     data, offsets = vectors.vectors
     part = data[offsets[start] : offsets[end]]
     sizes = np.diff(offsets[start : end + 1])
-    decoded = decode_rows(part, sizes, np.full(end - start, n_formats, dtype=np.int64))
+    decoded = decode_rows(
+        part,
+        sizes,
+        np.full(end - start, n_formats, dtype=np.int64),
+        n_blocks=np.full(end - start, n_blocks, dtype=np.int64),
+    )
     return Bins(decoded.bins_lo, decoded.bin_starts, decoded.bins)
 
 

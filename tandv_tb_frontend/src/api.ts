@@ -13,6 +13,8 @@ export interface RunInfo {
   run: string;
   tensor_types: string[];
   formats: string[];
+  /** The block-scaled formats recorded by any of its tags (never estimated). */
+  block_formats: string[];
   layer_count: number;
   max_step: number;
 }
@@ -37,6 +39,7 @@ export interface LayerInfo {
   order: number;
   dtype: string;
   formats: string[];
+  block_formats: string[];
   steps: number;
   first_step: number;
   last_step: number;
@@ -61,8 +64,20 @@ export interface FormatLimits {
   has_inf: boolean;
   has_nan: boolean;
 }
+/** A block-scaled format (MX, NVFP4): its element format, block and scale rule. */
+export interface BlockFormatInfo {
+  format: string;
+  element: string;
+  block_size: number;
+  scale_rule: "ocp" | "rceil" | "nvfp4";
+  element_max: number;
+  /** The range of its blocks' scale exponents (clamped blocks lie at its ends). */
+  scale_min_exponent: number;
+  scale_max_exponent: number;
+}
 export interface FormatsResponse {
   formats: FormatLimits[];
+  block_formats: BlockFormatInfo[];
   default_overlays: string[];
 }
 export interface MetricInfo {
@@ -71,6 +86,8 @@ export interface MetricInfo {
   kind: "statistic" | "log2" | "fraction" | "count";
   scale: "diverging" | "sequential";
   needs_format: boolean;
+  /** The format must be block-scaled (``snr_db``, ``clamped_block_fraction``). */
+  needs_block_format: boolean;
 }
 export interface MetricsResponse {
   metrics: MetricInfo[];
@@ -79,6 +96,21 @@ export interface FormatCast extends FormatLimits {
   exact: boolean;
   underflow: number;
   overflow: number;
+}
+/** What one record of a block-scaled format shows: always exact. */
+export interface BlockCast extends BlockFormatInfo {
+  exact: true;
+  underflow: number;
+  /** Values that saturate at their block's largest element value. */
+  overflow: number;
+  blocks: number;
+  zero_blocks: number;
+  clamped_low: number;
+  clamped_high: number;
+  /** ``scales[i]`` blocks (zero blocks aside) have the scale exponent ``scale_lo + i``. */
+  scale_lo: number;
+  scales: number[];
+  snr_db: number;
 }
 export interface HistogramLayer {
   layer: string;
@@ -97,6 +129,7 @@ export interface HistogramLayer {
   counts: number[];
   statistics: Record<string, number>;
   formats: FormatCast[];
+  blocks: BlockCast[];
 }
 export interface HistogramResponse {
   run: string;
@@ -249,6 +282,7 @@ export async function histogram(params: Params, signal?: AbortSignal) {
         cast[key] = toNumber(cast[key]);
       }
     }
+    for (const block of layer.blocks) block.snr_db = toNumber(block.snr_db);
   }
   return body;
 }
@@ -379,6 +413,7 @@ export interface FindingFold {
   step: number;
   kind: string;
   severity: "error" | "warning" | "info";
+  /** Its format, or its formats separated by ", ". */
   format: string;
   tensors: number;
   message: string;

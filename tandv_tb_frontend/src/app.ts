@@ -93,6 +93,7 @@ export class App {
         tensorTypes: runs.tensor_types,
         colours: runColors(runs.runs.map((r) => r.run)),
         formats: formats?.formats ?? known?.formats ?? [],
+        blockFormats: formats?.block_formats ?? known?.blockFormats ?? [],
         defaultOverlays: formats?.default_overlays ?? known?.defaultOverlays ?? [],
         metrics: metrics?.metrics ?? known?.metrics ?? [],
       };

@@ -62,6 +62,7 @@ export function benchHeatmap(rows: number, columns: number, moves = 200, draws =
     kind: "log2",
     scale: "diverging",
     needs_format: false,
+    needs_block_format: false,
   };
   const heatmap = new Heatmap({ select() {}, toggle() {}, zoom() {} });
   const holder = document.createElement("div");

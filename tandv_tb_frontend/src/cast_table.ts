@@ -1,9 +1,13 @@
-/** Under- and overflow per format: the panel's table, the "scaled" estimates, format colours. */
+/**
+ * Under- and overflow per format: the panel's table (element formats, exact or estimated,
+ * then block-scaled ones, always exact, with their SNR), the "scaled" estimates, format
+ * colours.
+ */
 
 import { schemeDark2 } from "d3-scale-chromatic";
-import type { FormatCast, HistogramLayer } from "./api";
+import type { BlockCast, FormatCast, HistogramLayer } from "./api";
 import { h } from "./dom";
-import { formatCount, formatShare } from "./numbers";
+import { formatCount, formatShare, formatValue } from "./numbers";
 
 /** A stable colour per format name, in order of first appearance. */
 export class FormatColours {
@@ -108,6 +112,7 @@ export function castTable(
       );
     }
   }
+  rows.push(...blockRows(runs, several, colours));
   return h("table", { class: "tv-cast-table" }, [
     h("thead", {}, [
       h("tr", {}, [
@@ -120,4 +125,76 @@ export function castTable(
     ]),
     h("tbody", {}, rows),
   ]);
+}
+
+/**
+ * The block-scaled formats' rows: exact counts (a block format's overflow is a value that
+ * saturates at its block's largest element value) and the SNR of the tensor in it.
+ */
+function blockRows(
+  runs: { run: string; colour: string; data: HistogramLayer | null }[],
+  several: boolean,
+  colours: FormatColours,
+): HTMLElement[] {
+  const names = new Set<string>();
+  for (const { data } of runs) for (const block of data?.blocks ?? []) names.add(block.format);
+  const rows: HTMLElement[] = [];
+  for (const name of names) {
+    for (const { run, colour, data } of runs) {
+      const block = data?.blocks.find((b) => b.format === name);
+      if (!data || !block) continue;
+      const finite = data.numel - data.nan_count - data.posinf_count - data.neginf_count;
+      rows.push(
+        h(
+          "tr",
+          {
+            class: "tv-format-stat tv-block-stat",
+            title: blockTitle(block),
+            data: {
+              format: name,
+              run,
+              underflow: String(block.underflow),
+              overflow: String(block.overflow),
+              exact: "true",
+              snr: String(block.snr_db),
+            },
+          },
+          [
+            h("td", {}, [
+              h("span", {
+                class: "tv-swatch",
+                attrs: { style: `background:${colours.get(name)}` },
+              }),
+              name,
+            ]),
+            several
+              ? h("td", {}, [
+                  h("span", { class: "tv-swatch", attrs: { style: `background:${colour}` } }),
+                  run,
+                ])
+              : null,
+            h("td", {
+              class: "tv-num",
+              text: `${formatCount(block.underflow)} (${formatShare(block.underflow, finite)})`,
+            }),
+            h("td", {
+              class: "tv-num",
+              text: `${formatCount(block.overflow)} (${formatShare(block.overflow, finite)}) saturated`,
+            }),
+            h("td", { class: "tv-exact", text: `exact · SNR ${formatValue(block.snr_db)} dB` }),
+          ],
+        ),
+      );
+    }
+  }
+  return rows;
+}
+
+function blockTitle(block: BlockCast): string {
+  return (
+    `${block.format}: blocks of ${block.block_size} ${block.element} values sharing a scale ` +
+    `(${block.scale_rule === "nvfp4" ? "NVFP4's two-level scale" : `${block.scale_rule} rule`}); ` +
+    `underflow: values that become 0; overflow: values that saturate at their block's ` +
+    `largest element value (${formatValue(block.element_max)} times its scale)`
+  );
 }

@@ -5,6 +5,28 @@ import { h } from "./dom";
 export interface Option {
   value: string;
   label: string;
+  /** Options of one group follow each other under its label (an <optgroup>). */
+  group?: string;
+}
+
+/** ``options`` as <option>s, those of a group under its <optgroup>. */
+function optionElements(options: Option[]): HTMLElement[] {
+  const out: HTMLElement[] = [];
+  let group: HTMLElement | null = null;
+  for (const option of options) {
+    const element = h("option", { text: option.label, attrs: { value: option.value } });
+    if (!option.group) {
+      group = null;
+      out.push(element);
+      continue;
+    }
+    if (!group || group.getAttribute("label") !== option.group) {
+      group = h("optgroup", { attrs: { label: option.group } });
+      out.push(group);
+    }
+    group.append(element);
+  }
+  return out;
 }
 
 /** A labelled <select>. */
@@ -18,7 +40,7 @@ export function selectControl(
   const select = h(
     "select",
     { attrs: { name, "aria-label": label }, data: { control: name } },
-    options.map((option) => h("option", { text: option.label, attrs: { value: option.value } })),
+    optionElements(options),
   );
   select.value = value;
   select.addEventListener("change", () => onChange(select.value));

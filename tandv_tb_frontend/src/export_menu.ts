@@ -47,6 +47,10 @@ export class ExportMenu {
           `Series (${run})`,
           api.url("series.csv", { ...common, metric: s.lineMetrics, format: s.metricFormat }),
         ]);
+        if (s.catalog?.runs.find((r) => r.run === run)?.block_formats.length) {
+          // every step of each block format of the layers: counts, SNR, blocks per scale
+          links.push([`Block formats (${run})`, api.url("blocks.csv", common)]);
+        }
       }
       if (s.catalog?.scalarRuns.has(run))
         links.push([`Scalars (${run})`, api.url("scalars.csv", { run })]);

@@ -20,7 +20,8 @@ export function findingView(finding: Finding, s: Model, heatmap: HeatmapCard): P
   };
   if (finding.tensor_type) patch.tensorType = finding.tensor_type;
   if (s.catalog?.metrics.some((m) => m.metric === finding.metric)) patch.metric = finding.metric;
-  if (finding.format && s.catalog?.formats.some((f) => f.format === finding.format)) {
+  const formats = [...(s.catalog?.formats ?? []), ...(s.catalog?.blockFormats ?? [])];
+  if (finding.format && formats.some((f) => f.format === finding.format)) {
     patch.metricFormat = finding.format;
   }
   if (finding.name) {

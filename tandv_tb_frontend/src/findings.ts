@@ -3,9 +3,10 @@
  * problem, or "no problem found"), then the grouped findings, most severe first: one row
  * per condition many tensors share (one run, kind, format and tensor type), the findings it
  * stands for (one per tensor) behind a disclosure, drawn when opened. The groups that are
- * expected of an unscaled format (underflow and the scales that remedy it) are folded into
- * one row per run and format, as ``tandv-tb findings`` prints them, the groups behind the
- * fold's disclosure. Info rows (scales, loss spikes) sit in one closed section. Last, which
+ * expected of the recorded formats (an unscaled format's underflow and the scales that
+ * remedy it; every group of a block-scaled format) are folded into at most two rows per run
+ * (its element formats, its block formats), as ``tandv-tb findings`` prints them, the
+ * groups behind the fold's disclosure. Info rows (scales, loss spikes) sit in one closed section. Last, which
  * runs were compared. Every headline, fold, group and finding is a button that asks the app
  * to show it (a fold or group shows its first finding). Names and messages enter the page
  * as text only.

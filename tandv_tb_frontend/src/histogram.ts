@@ -10,14 +10,17 @@ import { format as d3format } from "d3-format";
 import { scaleLinear, scaleLog } from "d3-scale";
 import { select } from "d3-selection";
 import type { HistogramLayer } from "./api";
+import { blockScaleCharts } from "./block_scales";
 import { castTable, type FormatColours, scaleShift } from "./cast_table";
 import { h } from "./dom";
-import { formatCount, formatShare, formatValue } from "./numbers";
+import { binadeLabel, formatCount, formatShare, formatValue } from "./numbers";
 
 export interface RunHistogram {
   run: string;
   colour: string;
   data: HistogramLayer | null;
+  /** Block-scaled formats asked for that the run did not record (never estimated). */
+  notRecorded?: string[];
 }
 
 export interface Panel {
@@ -45,25 +48,6 @@ const SPECIAL_LABELS: Record<(typeof SPECIALS)[number], string> = {
   "+inf": "+Inf",
   "-inf": "−Inf",
 };
-const SUPERSCRIPT: Record<string, string> = {
-  "-": "⁻",
-  "0": "⁰",
-  "1": "¹",
-  "2": "²",
-  "3": "³",
-  "4": "⁴",
-  "5": "⁵",
-  "6": "⁶",
-  "7": "⁷",
-  "8": "⁸",
-  "9": "⁹",
-};
-
-/** 2ⁿ with a superscript exponent. */
-export function binadeLabel(n: number): string {
-  return `2${[...String(n)].map((c) => SUPERSCRIPT[c] ?? c).join("")}`;
-}
-
 function specialCount(layer: HistogramLayer, key: (typeof SPECIALS)[number]): number {
   if (key === "zero") return layer.zero_count;
   if (key === "nan") return layer.nan_count;
@@ -328,6 +312,23 @@ function summary(runs: RunHistogram[]): HTMLElement {
   );
 }
 
+/** What the panel cannot show: the block formats asked for that a run did not record. */
+function notRecorded(runs: RunHistogram[]): HTMLElement | null {
+  const lines = runs.flatMap(({ run, notRecorded }) =>
+    (notRecorded ?? []).map(
+      (name) =>
+        `${name} was not recorded for run ${run}: a block-scaled format cannot be estimated ` +
+        `from the exponent histogram (the blocks are gone); give '${name}' to formats= when tracking`,
+    ),
+  );
+  if (!lines.length) return null;
+  return h(
+    "div",
+    { class: "tv-block-missing tv-muted" },
+    lines.map((text) => h("div", { text })),
+  );
+}
+
 /** Draw every panel into ``container`` (which is emptied first). */
 export function renderHistograms(
   container: HTMLElement,
@@ -375,6 +376,8 @@ export function renderHistograms(
             : h("div", { class: "tv-empty-small", text: "Not recorded for this tensor type." }),
           first ? summary(panel.runs) : null,
           first ? castTable(panel.runs, options, colours) : null,
+          first ? blockScaleCharts(panel.runs, width, colours) : null,
+          notRecorded(panel.runs),
         ],
       );
     }),

@@ -6,7 +6,13 @@ import { button, checkbox, multiCheck, selectControl } from "./controls";
 import { debounce, h, keepFocus, replaceChildren } from "./dom";
 import { FormatColours } from "./cast_table";
 import { type Panel, renderHistograms } from "./histogram";
-import { layersCurrent, panelLayers, tensorTypes } from "./rules";
+import {
+  isBlockFormat,
+  layersCurrent,
+  panelLayers,
+  recordedBlockFormats,
+  tensorTypes,
+} from "./rules";
 import type { State } from "./state";
 import type { Store } from "./store";
 
@@ -105,6 +111,11 @@ export class HistogramCard {
     });
     const types = tensorTypes(catalog, s.runs).filter((type) => type !== s.tensorType);
     const layers = panelLayers(s);
+    const blocks = recordedBlockFormats(catalog, s.runs);
+    const ticked = s.overlays ?? [];
+    const elementTicked = ticked.filter((f) => !isBlockFormat(catalog, f));
+    const blockTicked = ticked.filter((f) => isBlockFormat(catalog, f));
+    const overlays = (chosen: string[]) => update({ overlays: chosen.length ? chosen : null });
     keepFocus(this.card.tools, () =>
       replaceChildren(this.card.tools, [
         h("div", { class: "tv-row" }, [slider, label]),
@@ -123,11 +134,21 @@ export class HistogramCard {
         h("details", { class: "tv-more" }, [
           h("summary", { text: "formats, tensor types, layers" }),
           multiCheck(
-            `Formats (none ticked: dtype, recorded, ${catalog.defaultOverlays.join(", ")})`,
+            `Formats (none ticked: dtype, recorded, ${catalog.defaultOverlays.join(", ")}, ` +
+              "and every block-scaled format recorded)",
             "overlays",
             catalog.formats.map((f) => ({ value: f.format, label: f.format })),
-            s.overlays ?? [],
-            (chosen) => update({ overlays: chosen.length ? chosen : null }),
+            elementTicked,
+            (chosen) => overlays([...chosen, ...blockTicked]),
+          ),
+          multiCheck(
+            blocks.length
+              ? "Block-scaled formats (recorded: exact, never estimated)"
+              : "Block-scaled formats: none recorded (give them to formats= when tracking)",
+            "blockOverlays",
+            [...new Set([...blocks, ...blockTicked])].map((f) => ({ value: f, label: f })),
+            blockTicked,
+            (chosen) => overlays([...elementTicked, ...chosen]),
           ),
           types.length
             ? multiCheck(
@@ -168,22 +189,41 @@ export class HistogramCard {
     this.card.clearMessage();
     const types = [s.tensorType, ...s.extraTypes.filter((type) => type !== s.tensorType)];
     const signal = this.card.signal("histogram");
+    const isBlock = (name: string) => !!s.catalog && isBlockFormat(s.catalog, name);
+    const ticked = s.overlays;
+    /** The formats of a layer the user ticked (every one sent back, when none is ticked). */
+    const shown = (data: api.HistogramLayer | undefined): api.HistogramLayer | null => {
+      if (!data) return null;
+      if (!ticked) return data;
+      return {
+        ...data,
+        formats: data.formats.filter((f) => ticked.includes(f.format)),
+        blocks: data.blocks.filter((b) => ticked.includes(b.format)),
+      };
+    };
+    const missing = (data: api.HistogramLayer | null) =>
+      data
+        ? (ticked ?? []).filter((f) => isBlock(f) && !data.blocks.some((b) => b.format === f))
+        : [];
     const key = (type: string, layer: string, run: string) => `${type}\u0000${layer}\u0000${run}`;
     const jobs: Promise<{ key: string; data: api.HistogramLayer | null }>[] = [];
     for (const type of types) {
       for (const layer of layers) {
         for (const run of s.runs) {
+          // Block formats are never asked for by name: each layer sends every one it
+          // recorded (few, exact), and only those ticked are shown.
+          const elements = (s.overlays ?? []).filter((f) => !isBlock(f));
           const query = {
             run,
             tensor_type: type,
             layer,
             step: s.step ?? undefined,
-            format: s.overlays ?? undefined,
+            format: elements.length ? elements : undefined,
           };
           jobs.push(
             api
               .nullIfMissing(api.histogram(query, signal))
-              .then((body) => ({ key: key(type, layer, run), data: body?.layers[0] ?? null })),
+              .then((body) => ({ key: key(type, layer, run), data: shown(body?.layers[0]) })),
           );
         }
       }
@@ -196,11 +236,10 @@ export class HistogramCard {
     const side = s.compare === "side" && s.runs.length > 1;
     for (const type of types) {
       for (const layer of layers) {
-        const runs = s.runs.map((run) => ({
-          run,
-          colour: colours.get(run) ?? "#888",
-          data: byKey.get(key(type, layer, run)) ?? null,
-        }));
+        const runs = s.runs.map((run) => {
+          const data = byKey.get(key(type, layer, run)) ?? null;
+          return { run, colour: colours.get(run) ?? "#888", data, notRecorded: missing(data) };
+        });
         if (side) {
           for (const one of runs)
             this.panels.push({ layer, tensorType: type, runs: [one], caption: one.run });

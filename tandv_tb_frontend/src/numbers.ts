@@ -26,3 +26,22 @@ export function formatShare(part: number, whole: number): string {
   if (share > 0 && share < 1e-5) return "<0.001%";
   return percent(share);
 }
+
+const SUPERSCRIPT: Record<string, string> = {
+  "-": "⁻",
+  "0": "⁰",
+  "1": "¹",
+  "2": "²",
+  "3": "³",
+  "4": "⁴",
+  "5": "⁵",
+  "6": "⁶",
+  "7": "⁷",
+  "8": "⁸",
+  "9": "⁹",
+};
+
+/** 2ⁿ with a superscript exponent. */
+export function binadeLabel(n: number): string {
+  return `2${[...String(n)].map((c) => SUPERSCRIPT[c] ?? c).join("")}`;
+}

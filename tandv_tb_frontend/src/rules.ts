@@ -18,6 +18,19 @@ export function tensorTypes(catalog: Catalog, runs: string[]): string[] {
   return catalog.tensorTypes.filter((type) => types.has(type));
 }
 
+/** The block-scaled formats recorded by any of ``runs``, sorted (the only ones shown). */
+export function recordedBlockFormats(catalog: Catalog, runs: string[]): string[] {
+  const found = new Set(
+    catalog.runs.filter((run) => runs.includes(run.run)).flatMap((run) => run.block_formats),
+  );
+  return [...found].sort();
+}
+
+/** Whether ``name`` is a block-scaled format. */
+export function isBlockFormat(catalog: Catalog, name: string): boolean {
+  return catalog.blockFormats.some((f) => f.format === name);
+}
+
 /** The fix-ups: every choice made valid against the catalog and the loaded layers. */
 export const rules: Rules = (model, changed) => {
   const catalog = model.catalog;
@@ -60,8 +73,18 @@ export const rules: Rules = (model, changed) => {
     patch.metric = metrics[0]?.metric ?? DEFAULT_STATE.metric;
   }
   const formats = catalog.formats;
-  if (formats.length && !formats.some((f) => f.format === model.metricFormat)) {
+  const knownFormat =
+    formats.some((f) => f.format === model.metricFormat) ||
+    isBlockFormat(catalog, model.metricFormat);
+  if (formats.length && !knownFormat) {
     patch.metricFormat = catalog.defaultOverlays[0] ?? formats[0].format;
+  }
+  const metric = metrics.find((m) => m.metric === (patch.metric ?? model.metric));
+  const format = patch.metricFormat ?? model.metricFormat;
+  if (metric?.needs_block_format && !isBlockFormat(catalog, format)) {
+    // A metric of block formats only: the heatmap run's first recorded one.
+    const recorded = recordedBlockFormats(catalog, [heatmapRun]);
+    patch.metricFormat = recorded[0] ?? catalog.blockFormats[0]?.format ?? format;
   }
   if (!["auto", "expanded", "collapsed"].includes(model.groups)) patch.groups = "auto";
   const metricNames = new Set(metrics.map((m) => m.metric));

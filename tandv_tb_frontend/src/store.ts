@@ -1,6 +1,14 @@
 /** The tab's one state (the user's choices and what the server sent) and who depends on it. */
 
-import type { Finding, FormatLimits, HeatmapResponse, LayerInfo, MetricInfo, RunInfo } from "./api";
+import type {
+  BlockFormatInfo,
+  Finding,
+  FormatLimits,
+  HeatmapResponse,
+  LayerInfo,
+  MetricInfo,
+  RunInfo,
+} from "./api";
 import { DEFAULT_STATE, saveState, type State } from "./state";
 
 /** What the runs, formats and metrics routes sent (reloaded by TensorBoard's reload). */
@@ -11,6 +19,8 @@ export interface Catalog {
   tensorTypes: string[];
   colours: Map<string, string>;
   formats: FormatLimits[];
+  /** The block-scaled formats, listed apart: shown only where a run recorded them. */
+  blockFormats: BlockFormatInfo[];
   defaultOverlays: string[];
   metrics: MetricInfo[];
 }

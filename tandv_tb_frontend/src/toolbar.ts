@@ -1,11 +1,15 @@
 /** The toolbar: the run picker and what the heatmap shows (type, layers, metric, reduction). */
 
-import { selectControl, textInput } from "./controls";
+import { type Option, selectControl, textInput } from "./controls";
 import { h, keepFocus, replaceChildren } from "./dom";
-import { tensorTypes } from "./rules";
+import { isBlockFormat, recordedBlockFormats, tensorTypes } from "./rules";
 import { runPicker } from "./run_picker";
 import type { State } from "./state";
 import type { Store } from "./store";
+
+/** The format picker's groups of block-scaled formats (the element formats come first). */
+const BLOCKS_RECORDED = "block-scaled (recorded)";
+const BLOCKS_MISSING = "block-scaled (not recorded: give it to formats=)";
 
 export class Toolbar {
   readonly root = h("header", { class: "tv-toolbar" });
@@ -37,7 +41,24 @@ export class Toolbar {
     if (!catalog) return;
     const update = (patch: Partial<State>) => void this.store.update(patch);
     const metric = catalog.metrics.find((m) => m.metric === s.metric);
-    const formatOptions = catalog.formats.map((f) => ({ value: f.format, label: f.format }));
+    const recorded = recordedBlockFormats(catalog, s.runs);
+    // A block format chosen that no ticked run recorded (a link, or the runs changed): listed
+    // apart as such, so that the heatmap's message says to give it to formats=.
+    const missing =
+      isBlockFormat(catalog, s.metricFormat) && !recorded.includes(s.metricFormat)
+        ? [s.metricFormat]
+        : [];
+    const formatOptions: Option[] = [
+      ...(metric?.needs_block_format
+        ? []
+        : catalog.formats.map((f) => ({ value: f.format, label: f.format }))),
+      ...recorded.map((name) => ({ value: name, label: name, group: BLOCKS_RECORDED })),
+      ...missing.map((name) => ({ value: name, label: name, group: BLOCKS_MISSING })),
+    ];
+    // Metrics of block formats only where a ticked run recorded one (or one is chosen).
+    const metrics = catalog.metrics.filter(
+      (m) => !m.needs_block_format || recorded.length || m.metric === s.metric,
+    );
     replaceChildren(this.root, [
       runPicker(
         catalog.runs.map((run) => run.run),
@@ -72,7 +93,7 @@ export class Toolbar {
       selectControl(
         "Metric",
         "metric",
-        catalog.metrics.map((m) => ({ value: m.metric, label: m.label })),
+        metrics.map((m) => ({ value: m.metric, label: m.label })),
         s.metric,
         (value) => update({ metric: value }),
       ),

@@ -88,8 +88,9 @@ def test_the_card_tells_what_the_command_line_prints(browser, tensorboard, demo,
             "overflow",
             "5",
         )
-        # the first level: the command line's rows, no more, the underflow of each run and
-        # format and its scales folded; every group of --json behind them
+        # the first level: the command line's rows, no more, what is expected of the formats
+        # folded (per run: its element formats' underflow and scales, its block formats);
+        # every group of --json behind them
         _, groups = cli_json(demo)
         table = [
             row for row in printed[len(RUNS) + 2 :] if row.split()[2:3] and row.split()[2].isdigit()
@@ -114,9 +115,9 @@ def test_the_card_tells_what_the_command_line_prints(browser, tensorboard, demo,
             kinds = [route["groups"][i]["kind"] for i in served["groups"]]
             inside = fold.locator("xpath=..").locator("details.tv-findings-folded")
             assert inside.locator(".tv-finding-group").count() == len(kinds)
+            counts = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
             assert inside.locator(":scope > summary").inner_text() == (
-                f"{len(kinds)} groups: {kinds.count('underflow')} underflow, "
-                f"{kinds.count('scale')} scale"
+                f"{len(kinds)} groups: {counts}"
             )
         # one divergence, of the torch runs
         parted = card.locator('.tv-finding-group[data-kind="divergence"]')

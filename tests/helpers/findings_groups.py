@@ -4,8 +4,9 @@ group with the list of its findings), from the findings one per tensor alone.
 Where many tensors share one condition, one group: the same run, kind, format and tensor
 type. The key is computed here without the engine: the format is the one a finding's
 sentence names. The refinements the engine documents (``tandv_tb.diagnosis.grouping``)
-are computed the same way: an ``overflow`` also by severity, a ``scale`` by whether its
-tensor underflows in that format; ``loss_spike`` by run only, ``divergence`` by its pair.
+are computed the same way: an ``overflow`` also by severity, a ``scale`` of an element
+format by whether its tensor underflows in that format (a block format's scale remedies
+nothing); ``loss_spike`` by run only, ``divergence`` by its pair.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ from __future__ import annotations
 import functools
 import re
 
-from tandv_tb import formats
+from tandv_tb import block_formats, formats
 
 SPLIT_BY_RUN_ONLY = {"loss_spike", "divergence"}
 
 
 @functools.cache
 def _is_format(word: str) -> bool:
-    """Whether ``word`` is a format's own name (not numpy's shorthand, such as "e")."""
+    """Whether ``word`` is a format's own name (not numpy's shorthand, such as "e"): an
+    element format's or a block-scaled format's."""
     try:
+        if block_formats.is_block_format(word):
+            return block_formats.block_format(word).name == word
         return formats.info(word).name == word
     except (KeyError, ValueError, TypeError):
         return False
@@ -29,7 +33,8 @@ def _is_format(word: str) -> bool:
 
 def format_named(message: str) -> str:
     """The one format a finding's sentence names ("" for none)."""
-    named = {word for word in re.findall(r"[A-Za-z]\w*", message) if _is_format(word)}
+    words = re.findall(r"[A-Za-z]\w*(?::rceil)?", message)
+    named = {word for word in words if _is_format(word)}
     assert len(named) <= 1, (message, named)
     return named.pop() if named else ""
 
@@ -47,7 +52,7 @@ def contract_key(finding: dict, underflowing: set[tuple]) -> tuple:
         return (run, kind, pair_named(finding["message"]))
     where = (format_named(finding["message"]), finding["tensor_type"])
     key = (run, kind, *where, finding["severity"])
-    if kind == "scale":
+    if kind == "scale" and not block_formats.is_block_format(where[0]):
         key += ((run, *where, finding["name"]) in underflowing,)
     return key
 

@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 import tandv_tb
+from tandv_tb.block_formats import is_block_format
 from tandv_tb.diagnosis.cli import FOLD_HINT
 from tests.helpers.demo_logdir import TORCH_RUNS, short_demo
 from tests.helpers.findings_cli import cli, cli_json
@@ -61,8 +62,9 @@ def check_story(logdir, runs: list[str]) -> list[str]:
 
 def check_folds(logdir, rows: list[str]) -> None:
     """The groups follow the contract's key; the default output shows each of them but the
-    underflow groups and the scales remedying them, which take one line per run and format
-    (with the number of their tensors); ``--groups`` prints every group."""
+    underflow groups and the scales remedying them, and every group of a block-scaled
+    format, which take one line per run for its element formats and one for its block
+    formats (with the number of their tensors); ``--groups`` prints every group."""
     _, groups = cli_json(logdir)
     _, listed = cli_json(logdir, "--all")
     check_groups(groups, listed)
@@ -71,27 +73,41 @@ def check_folds(logdir, rows: list[str]) -> None:
         for f in listed
         if f["kind"] == "underflow"
     }
-    folded: dict[tuple, list[dict]] = {}
+    folded: dict[tuple[str, bool], dict[str, list[dict]]] = {}
     for g in groups:
         first = g["findings"][0]
-        key = (g["run"], format_named(first["message"]))
-        remedy = (*key, first["tensor_type"], first["name"]) in underflowing
-        if g["kind"] == "underflow" or (g["kind"] == "scale" and remedy):
-            folded.setdefault(key, []).append(g)
+        format_name = format_named(first["message"])
+        block = bool(format_name) and is_block_format(format_name)
+        remedy = (g["run"], format_name, first["tensor_type"], first["name"]) in underflowing
+        if block or g["kind"] == "underflow" or (g["kind"] == "scale" and remedy):
+            folded.setdefault((g["run"], block), {}).setdefault(format_name, []).append(g)
     table = [row for row in rows if row.split()[2:3] and row.split()[2].isdigit()]
-    assert len(table) == len(groups) - sum(len(f) - 1 for f in folded.values())
-    for (run, format_name), together in folded.items():
-        assert len(together) > 1  # in the demo, every run and format has several
-        tensors = sum(g["tensors"] for g in together if g["kind"] == "underflow")
-        (line,) = [
-            row
-            for row in table
-            if row.split()[1] == run and f"  {format_name} without a scale (expected): " in row
-        ]
-        assert row_kind_and_count(line) == ("underflow", tensors)
+    assert len(table) == len(groups) - sum(
+        sum(map(len, by_format.values())) - 1 for by_format in folded.values()
+    )
+    for (run, block), by_format in folded.items():
+        together = [g for gs in by_format.values() for g in gs]
+        assert len(together) > 1  # in the demo, every run and kind of format has several
+        names = list(by_format)
+        names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        lead = (
+            f"  {names}, block-scaled (what {'they' if len(by_format) > 1 else 'it'} would lose)"
+            if block
+            else f"  {names} without a scale (expected)"
+        )
+        (line,) = [row for row in table if row.split()[1] == run and lead in row]
+        about = [g for g in together if block or g["kind"] == "underflow"]
+        tensors = {(f["tensor_type"], f["name"]) for g in about for f in g["findings"]}
+        assert row_kind_and_count(line) == ("underflow", len(tensors))
+        if len(by_format) > 1:  # each format said with its numbers, in turn
+            for format_name in by_format:
+                assert f": {format_name}: " in line or f"; {format_name}: " in line
         kinds = [g["kind"] for g in together]
-        counts = " and ".join(f"{kinds.count(k)} {k}" for k in ("underflow", "scale") if k in kinds)
+        counts = " and ".join(
+            f"{kinds.count(k)} {k}" for k in ("underflow", "overflow", "scale") if k in kinds
+        )
         assert line.endswith(f"; {counts} groups, one per tensor type{FOLD_HINT}")
+    assert any(block for _, block in folded)  # the demo's torch runs record block formats
     printed = cli("findings", str(logdir), "--groups").stdout.splitlines()
     assert len([r for r in printed if r.split()[2:3] and r.split()[2].isdigit()]) == len(groups)
 

@@ -17,6 +17,7 @@ from tandv_tb.plugin.responses import dumps
 from tandv_tb.store import NumericsStore, ingest
 from tandv_tb.store.results import fetch
 from tandv_tb.writer import NumericsWriter, RecordItem
+from tests.helpers.block_runs import write_block_run
 from tests.helpers.plugin import make_record, store_query
 
 FORMATS = ("float8_e4m3fn", "float8_e5m2")
@@ -44,7 +45,9 @@ def _casts_both_ways(db: NumericsStore, run: str, index: int):
     rows = db.rows(run, ids, ("numel",))
     layout, _ = db._reader.layout(run, ids, ("numel",))
     general = db.casts(run, dict.fromkeys(ids, index))
-    fast = db._reader.casts_in(run, dict.fromkeys(ids, index), layout)
+    fast = db._reader.per_format_in(
+        run, "casts", dict.fromkeys(ids, index), ("underflow", "overflow"), layout
+    )
     return rows, layout, general, fast
 
 
@@ -166,29 +169,35 @@ def _write_kinds(run_dir: Path, steps: int, layers: int) -> None:
 def test_a_grid_heatmap_equals_the_layer_by_layer_one(tmp_path, monkeypatch):
     """Layers at the same steps are computed as one matrix (``NumericsStore.grid``); the
     same heatmaps computed layer by layer (the path of layers at different steps) are the
-    same bytes, for every metric, reduction, column count and step window."""
+    same bytes, for every metric (with an element format, and with a block-scaled one in a
+    run that records it), reduction, column count and step window."""
     logdir = tmp_path / "logs"
     _write_kinds(logdir / "run", steps=24, layers=4)
+    write_block_run(logdir / "blocks")
     provider = data_provider.MultiplexerDataProvider(
         plugin_event_multiplexer.EventMultiplexer(), str(logdir)
     )
     store = NumericsStore(str(logdir), str(tmp_path / "cache"))
-    store.refresh("run")
-    index = store_query(store, provider).run("run")
+    for run in ("run", "blocks"):
+        store.refresh(run)
 
-    def heatmap(**args) -> str:
+    def heatmap(run: str, **args) -> str:
         query = store_query(store, provider, tensor_type="Activation", **args)
-        return dumps(views.heatmap(query, index))
+        return dumps(views.heatmap(query, query.run(run)))
 
     asked = []
-    for metric in metrics.METRICS:
-        for how in ("max", "min", "mean", "last"):
-            for window in ({}, {"step_min": 3, "step_max": 17}):
-                args = {"metric": metric, "reduce": how, "columns": 5, **window}
-                if metrics.METRICS[metric].needs_format:
-                    args["format"] = "float8_e5m2"
-                asked.append(args)
-    asked.append({"metric": "log2_rm2", "columns": 1000})
+    for run, format_name in (("run", "float8_e5m2"), ("blocks", "mxfp4_e2m1")):
+        for name, metric in metrics.METRICS.items():
+            if metric.needs_block_format and run == "run":
+                continue  # a metric of block formats: the run that records one
+            for how in ("max", "min", "mean", "last"):
+                for window in ({}, {"step_min": 3, "step_max": 17}):
+                    args = {"run": run, "metric": name, "reduce": how, "columns": 5, **window}
+                    if metric.needs_format:
+                        args["format"] = format_name
+                    asked.append(args)
+    asked.append({"run": "run", "metric": "log2_rm2", "columns": 1000})
+    assert any(a["metric"] == "snr_db" for a in asked)
     taken = []
     grid = store.grid
     monkeypatch.setattr(store, "grid", lambda *a: taken.append(grid(*a)) or taken[-1])
