@@ -7,6 +7,7 @@ command line and in the plugin's route."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import tandv_tb
@@ -192,3 +193,17 @@ def test_the_route_shows_where_a_block_finding_is(logdir):
     assert {g["kind"] for g in grouped} == {"underflow", "overflow", "scale"}
     assert set(formats.split(", ")) == {MX, f"{MX}:rceil", "nvfp4", "mxfp8_e4m3:rceil"}
     assert set(BLOCKS) >= {f["format"] for f in body["findings"] if f["format"] != "float8_e4m3fn"}
+
+
+def test_nvfp4_scales_over_448_by_float32_rounding_are_no_finding(tmp_path):
+    """A bias of 4 blocks whose largest value (1.0000004) gets the nvfp4 scale one float32
+    ulp over 448: the record counts that block clamped high, as torchao's clamp takes it
+    back to 448; nothing is lost, and the findings say nothing of it."""
+    values = np.full(64, 0.5, np.float32)
+    values[0] = np.float32(1.0000004)
+    assert tensor_stats(values, ("nvfp4",)).blocks["nvfp4"].clamped_high == 1
+    with NumericsWriter(str(tmp_path / "logs" / "run"), formats=("nvfp4",)) as writer:
+        for step in range(12):
+            writer.add_numerics("bias", values, step)
+    found = tandv_tb.findings(tmp_path / "logs", grouped=False, cache_dir=tmp_path / "cache")
+    assert "scale" not in set(found.kind)
