@@ -52,7 +52,10 @@ class GPT(nn.Module):
 
 def train(logdir: pathlib.Path, data, *, lr: float, steps: int, every: int, seed: int = 0):
     """Train one run into ``logdir``: loss and learning rate as TensorBoard scalars, the
-    numerics of every tensor through the same SummaryWriter."""
+    numerics of every tensor through the same SummaryWriter. Two threads on any machine:
+    the sums' rounding depends on the thread count, and the demo's story (lr_2e-1's loss
+    spike, its FP8 overflow) is the path two threads train (with one there is no spike)."""
+    torch.set_num_threads(2)
     torch.manual_seed(seed)
     model = GPT()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
