@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import ml_dtypes
 import numpy as np
 import pytest
@@ -16,11 +15,10 @@ import torch
 
 from tandv_tb import formats as fmt
 from tandv_tb.stats import engine
-from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats.tensor_stats import TensorStats
+from tests.helpers import stats_sources
 from tests.helpers.block_reference import BLOCK_FORMATS, block_reference
-from tests.helpers.devices import DEVICE_SOURCES, jax_cpu, jax_gpu
-from tests.helpers.reference import torch_tensor
+from tests.helpers.devices import DEVICE_SOURCES
 
 FORMATS = fmt.check_formats(("float8_e4m3fn", *BLOCK_FORMATS))
 DTYPES = ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
@@ -42,48 +40,7 @@ MX = {
 
 
 def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
-    dtype = values.dtype.name
-    if source == "numpy":
-        return engine.tensor_stats(values, formats)
-    if source == "torch":
-        return engine.tensor_stats(torch_tensor(values), formats)
-    if source == "torch-device-kernel":
-        wide = torch.float64 if dtype == "float64" else torch.float32
-        flat = torch_tensor(values).reshape(-1).to(wide)
-        row = values.shape[-1] if values.ndim else 1
-        counts, moments = compute_arrays(TorchOps(), flat, dtype, formats, row)
-        return TensorStats.unpack(dtype, formats, counts.numpy(), moments.numpy())
-    if source == "torch-cuda":
-        return engine.tensor_stats(torch_tensor(values).cuda(), formats)
-    array = jax.device_put(values, jax_gpu() if source.endswith("-gpu") else jax_cpu())
-    if source == "jax-gpu":
-        return engine.tensor_stats(array, formats)
-    kernel = _jitted_device_kernel if source == "jax-jit-device-kernel" else _jitted
-    counts, moments = kernel(dtype, formats)(array)
-    return TensorStats.unpack(dtype, formats, np.asarray(counts), np.asarray(moments))
-
-
-@functools.cache
-def _jitted(dtype, formats):
-    def kernel(x):
-        pending = engine.compute(x, formats)
-        return pending.counts, pending.moments
-
-    return jax.jit(kernel)
-
-
-@functools.cache
-def _jitted_device_kernel(dtype, formats):
-    def kernel(x):
-        row = x.shape[-1] if x.ndim else 1
-        return compute_arrays(JaxOps(), engine._jax_values(x, dtype), dtype, formats, row)
-
-    return jax.jit(kernel)
-
-
-def _float32_sums(source: str, dtype: str) -> bool:
-    array_kernel = ("torch-device-kernel", "torch-cuda", "jax-jit", "jax-gpu")
-    return source.startswith(array_kernel) and dtype != "float64"
+    return stats_sources.stats_from(source, values, formats)
 
 
 @functools.cache
@@ -193,7 +150,9 @@ def test_crafted_values(source, dtype):
         pytest.skip("jax computes in float32 unless x64 is enabled")
     values = crafted_rows(dtype)
     stats = stats_from(source, values)
-    assert_blocks_match(stats, values, rtol=1e-5 if _float32_sums(source, dtype) else 1e-12)
+    assert_blocks_match(
+        stats, values, rtol=1e-5 if stats_sources.float32_sums(source, dtype) else 1e-12
+    )
 
 
 @pytest.mark.parametrize(
@@ -232,7 +191,9 @@ def test_zero_and_one_dimensional_and_partial_blocks(source, shape):
     rng = np.random.default_rng(len(shape) * 100 + sum(shape))
     values = np.asarray(rng.standard_normal(shape) * 2.0 ** rng.integers(-8, 8, shape), np.float32)
     stats = stats_from(source, values)
-    assert_blocks_match(stats, values, rtol=1e-5 if _float32_sums(source, "float32") else 1e-12)
+    assert_blocks_match(
+        stats, values, rtol=1e-5 if stats_sources.float32_sums(source, "float32") else 1e-12
+    )
     blocks = stats.blocks["mxfp4_e2m1"].blocks
     rows = int(np.prod(shape[:-1])) if shape else 1
     per_row = -(-shape[-1] // 32) if shape else 1
@@ -263,7 +224,9 @@ def test_random_values(source, dtype, seed):
         pytest.skip("jax computes in float32 unless x64 is enabled")
     values = random_rows(dtype, seed)
     stats = stats_from(source, values)
-    assert_blocks_match(stats, values, rtol=1e-5 if _float32_sums(source, dtype) else 1e-12)
+    assert_blocks_match(
+        stats, values, rtol=1e-5 if stats_sources.float32_sums(source, dtype) else 1e-12
+    )
 
 
 @pytest.mark.parametrize("row_length", [4096, 45, 100_003])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import math
 
-import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -20,9 +19,9 @@ import torch
 
 from tandv_tb import formats as fmt
 from tandv_tb.stats import engine
-from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats.tensor_stats import TensorStats
-from tests.helpers.devices import DEVICE_SOURCES, jax_cpu, jax_gpu
+from tests.helpers import stats_sources
+from tests.helpers.devices import DEVICE_SOURCES
 from tests.helpers.reference import assert_matches, crafted, random_binades, reference, torch_tensor
 
 DTYPES = ["float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
@@ -47,53 +46,7 @@ SOURCES = [
 
 
 def stats_from(source: str, values: np.ndarray, formats=FORMATS) -> TensorStats:
-    dtype = values.dtype.name
-    if source == "numpy":
-        return engine.tensor_stats(values, formats)
-    if source == "torch":
-        return engine.tensor_stats(torch_tensor(values), formats)
-    if source == "torch-device-kernel":
-        wide = torch.float64 if dtype == "float64" else torch.float32
-        flat = torch_tensor(values).reshape(-1).to(wide)
-        counts, moments = compute_arrays(TorchOps(), flat, dtype, formats)
-        return TensorStats.unpack(dtype, formats, counts.numpy(), moments.numpy())
-    if source == "torch-cuda":
-        return engine.tensor_stats(torch_tensor(values).cuda(), formats)
-    device = jax_gpu() if source.endswith("-gpu") else jax_cpu()
-    array = jax.device_put(values, device)
-    if source in ("jax", "jax-gpu"):
-        return engine.tensor_stats(array, formats)
-    if source in ("jax-jit", "jax-jit-gpu"):
-        pending = _jitted(formats)(array)
-        return TensorStats.unpack(dtype, formats, np.asarray(pending[0]), np.asarray(pending[1]))
-    if source == "jax-jit-device-kernel":
-        pending = _jitted_device_kernel(dtype, formats)(array)
-        return TensorStats.unpack(dtype, formats, np.asarray(pending[0]), np.asarray(pending[1]))
-    raise AssertionError(source)
-
-
-@functools.cache
-def _jitted(formats):
-    def kernel(x):
-        pending = engine.compute(x, formats)
-        return pending.counts, pending.moments
-
-    return jax.jit(kernel)
-
-
-@functools.cache
-def _jitted_device_kernel(dtype, formats):
-    def kernel(x):
-        return compute_arrays(JaxOps(), engine._jax_values(x, dtype), dtype, formats)
-
-    return jax.jit(kernel)
-
-
-def _float32_sums(source: str, dtype: str) -> bool:
-    """Sources whose moments are summed, or handed out, in float32 (the array kernel on
-    float32 data, also on an accelerator; jax without x64 under ``jax.jit``)."""
-    array_kernel = ("torch-device-kernel", "torch-cuda", "jax-jit", "jax-gpu")
-    return source.startswith(array_kernel) and dtype != "float64"
+    return stats_sources.stats_from(source, values, formats)
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -103,7 +56,9 @@ def test_crafted_values(source, dtype):
         pytest.skip("jax computes in float32 unless x64 is enabled")
     values = crafted(dtype)
     stats = stats_from(source, values)
-    assert_matches(stats, values, FORMATS, rtol=1e-5 if _float32_sums(source, dtype) else 1e-9)
+    assert_matches(
+        stats, values, FORMATS, rtol=1e-5 if stats_sources.float32_sums(source, dtype) else 1e-9
+    )
 
 
 @functools.cache
@@ -119,7 +74,7 @@ def test_random_millions_spanning_60_binades(source, dtype):
         pytest.skip("jax computes in float32 unless x64 is enabled")
     values, ref = _random(dtype)
     stats = stats_from(source, values)
-    rtol = 1e-4 if _float32_sums(source, dtype) else 1e-9
+    rtol = 1e-4 if stats_sources.float32_sums(source, dtype) else 1e-9
     assert_matches(stats, values, FORMATS, rtol, ref)
 
 
@@ -334,9 +289,11 @@ def test_flush_denormal_mode_does_not_hide_subnormals(values):
 def test_jit_on_the_cpu_runs_the_cpu_kernel_as_an_ffi_call():
     """Lowered for the CPU (one device), a jitted ``engine.compute`` calls the compiled CPU
     kernel (an XLA custom call), not the array kernel's scatter."""
-    hlo = _jitted(FORMATS[:2]).lower(jnp.zeros(1000, jnp.float32)).as_text()
+    hlo = stats_sources.jitted(FORMATS[:2]).lower(jnp.zeros(1000, jnp.float32)).as_text()
     assert "tandv_stats_float32" in hlo and "scatter" not in hlo
-    device_hlo = _jitted_device_kernel("float32", FORMATS[:2]).lower(jnp.zeros(1000)).as_text()
+    device_hlo = (
+        stats_sources.jitted_device_kernel("float32", FORMATS[:2]).lower(jnp.zeros(1000)).as_text()
+    )
     assert "tandv_stats" not in device_hlo
 
 
@@ -344,7 +301,8 @@ _X64_CHECK = """
 import jax, jax.numpy as jnp, numpy as np
 from tandv_tb.stats import engine
 from tandv_tb.stats.tensor_stats import TensorStats
-from tests.helpers.devices import DEVICE_SOURCES, jax_cpu, jax_gpu
+from tests.helpers import stats_sources
+from tests.helpers.devices import DEVICE_SOURCES
 from tests.helpers.reference import assert_matches, crafted
 formats = ("float8_e4m3fn", "bfloat16", "float8_e8m0fnu")
 for dtype in ("float64", "float32", "bfloat16"):
