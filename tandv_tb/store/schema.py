@@ -28,6 +28,16 @@ from tandv_tb.disk.summary import BLOCK_HEAD
 SCHEMA_VERSION = 7
 
 #: Every table, with its columns in stored order.
+#: The first columns of the tables with a row per record and format (casts, blocks, scales).
+_PER_FORMAT = (
+    "run_id INTEGER",
+    "file_id INTEGER",
+    "seq BIGINT",
+    "tag_id INTEGER",
+    "step BIGINT",
+    "format_index TINYINT",
+)
+
 TABLES: dict[str, tuple[str, ...]] = {
     "meta": ("key VARCHAR", "value VARCHAR"),
     "runs": ("run_id INTEGER", "run VARCHAR"),
@@ -75,22 +85,12 @@ TABLES: dict[str, tuple[str, ...]] = {
         "value DOUBLE",
     ),
     "casts": (
-        "run_id INTEGER",
-        "file_id INTEGER",
-        "seq BIGINT",
-        "tag_id INTEGER",
-        "step BIGINT",
-        "format_index TINYINT",
+        *_PER_FORMAT,
         "underflow BIGINT",
         "overflow BIGINT",
     ),
     "blocks": (
-        "run_id INTEGER",
-        "file_id INTEGER",
-        "seq BIGINT",
-        "tag_id INTEGER",
-        "step BIGINT",
-        "format_index TINYINT",
+        *_PER_FORMAT,
         *(f"{count} BIGINT" for count in BLOCK_HEAD),
         "total_blocks BIGINT",
         "exponent INTEGER",
@@ -98,12 +98,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "error DOUBLE",
     ),
     "block_scales": (
-        "run_id INTEGER",
-        "file_id INTEGER",
-        "seq BIGINT",
-        "tag_id INTEGER",
-        "step BIGINT",
-        "format_index TINYINT",
+        *_PER_FORMAT,
         "scale_exponent INTEGER",
         "n_blocks BIGINT",
     ),

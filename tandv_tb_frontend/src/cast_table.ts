@@ -85,27 +85,9 @@ export function castTable(
             },
           },
           [
-            h("td", {}, [
-              h("span", {
-                class: "tv-swatch",
-                attrs: { style: `background:${colours.get(name)}` },
-              }),
-              name,
-            ]),
-            several
-              ? h("td", {}, [
-                  h("span", { class: "tv-swatch", attrs: { style: `background:${colour}` } }),
-                  run,
-                ])
-              : null,
-            h("td", {
-              class: "tv-num",
-              text: `${formatCount(under)} (${formatShare(under, finite)})`,
-            }),
-            h("td", {
-              class: "tv-num",
-              text: `${formatCount(over)} (${formatShare(over, finite)})`,
-            }),
+            ...labelCells(name, colours, several ? { run, colour } : null),
+            countCell(under, finite),
+            countCell(over, finite),
             h("td", { class: exact ? "tv-exact" : "tv-estimate", text: label }),
           ],
         ),
@@ -160,27 +142,9 @@ function blockRows(
             },
           },
           [
-            h("td", {}, [
-              h("span", {
-                class: "tv-swatch",
-                attrs: { style: `background:${colours.get(name)}` },
-              }),
-              name,
-            ]),
-            several
-              ? h("td", {}, [
-                  h("span", { class: "tv-swatch", attrs: { style: `background:${colour}` } }),
-                  run,
-                ])
-              : null,
-            h("td", {
-              class: "tv-num",
-              text: `${formatCount(block.underflow)} (${formatShare(block.underflow, finite)})`,
-            }),
-            h("td", {
-              class: "tv-num",
-              text: `${formatCount(block.overflow)} (${formatShare(block.overflow, finite)}) saturated`,
-            }),
+            ...labelCells(name, colours, several ? { run, colour } : null),
+            countCell(block.underflow, finite),
+            countCell(block.overflow, finite, " saturated"),
             h("td", { class: "tv-exact", text: `exact · SNR ${formatValue(block.snr_db)} dB` }),
           ],
         ),
@@ -188,6 +152,34 @@ function blockRows(
     }
   }
   return rows;
+}
+
+/** A row's first cells: the format with its colour, then the run with its (when several). */
+function labelCells(
+  name: string,
+  colours: FormatColours,
+  run: { run: string; colour: string } | null,
+): (HTMLElement | null)[] {
+  return [
+    h("td", {}, [
+      h("span", { class: "tv-swatch", attrs: { style: `background:${colours.get(name)}` } }),
+      name,
+    ]),
+    run
+      ? h("td", {}, [
+          h("span", { class: "tv-swatch", attrs: { style: `background:${run.colour}` } }),
+          run.run,
+        ])
+      : null,
+  ];
+}
+
+/** A count and its share of the finite values. */
+function countCell(count: number, finite: number, suffix = ""): HTMLElement {
+  return h("td", {
+    class: "tv-num",
+    text: `${formatCount(count)} (${formatShare(count, finite)})${suffix}`,
+  });
 }
 
 function blockTitle(block: BlockCast): string {
