@@ -120,7 +120,7 @@ def _chunk_units(largest, mant_bits, bias, sums, units):
 
 def add_chunk(
     values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset,
-    row_length, table, tensor_scale, which, rows, sums, units, scratch,
+    row_length, table, tensor_scale, which, rows, sums, units, scratch, maxima,
 ):  # fmt: skip
     """Adds the block formats' counts (``rows[f]``) and sums of squared errors (``sums[f]``,
     in units of ``4**units[0]``) of one chunk of float32 or float64 ``values`` (``bits``
@@ -129,13 +129,18 @@ def add_chunk(
     found by the kernel), whose first value lies ``offset`` values into its row of
     ``row_length``; ``table`` describes the formats (``BlockFormat.kernel_row``),
     ``tensor_scale`` is nvfp4's per-tensor scale, ``which`` the formats to take (``ALL``,
-    ``BUT_NVFP4``, ``ONLY_NVFP4``). Compiled for the values' type only."""
+    ``BUT_NVFP4``, ``ONLY_NVFP4``). Where nvfp4 waits for the second sweep, the first
+    (``BUT_NVFP4``) puts the largest finite magnitudes of the chunk's blocks of 16 into
+    ``maxima`` while the chunk is in the cache, and the second (``ONLY_NVFP4``) reads them
+    there: float32 chunks only (float64 ones find theirs in the second sweep; ``maxima``
+    may then be empty). Returns how many blocks' maxima it put there. Compiled for the
+    values' type only."""
 
 
 @overload(add_chunk, jit_options={"nogil": True, "error_model": "numpy"})
 def _add_chunk(
     values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset,
-    row_length, table, tensor_scale, which, rows, sums, units, scratch,
+    row_length, table, tensor_scale, which, rows, sums, units, scratch, maxima,
 ):  # fmt: skip
     if values.dtype == types.float32:
         return _add_chunk_float32
@@ -144,23 +149,28 @@ def _add_chunk(
 
 def _add_chunk_float32(
     values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset,
-    row_length, table, tensor_scale, which, rows, sums, units, scratch,
+    row_length, table, tensor_scale, which, rows, sums, units, scratch, maxima,
 ):  # fmt: skip
     starts, patterns, exponents, first, second, dequanta, tables, pad, probe = scratch[:9]
     exponent, to_units = _chunk_units(largest, 23, 127, sums, units)
     flushed = subnormals > 0 and probe[0] == 0.0  # subnormal operands read as 0
     nb = _cut_both(len(values), offset, row_length, table, which, starts)
-    for size in range(2):
-        if nb[size] >= 0:
-            _blocks_float32.largest_magnitudes(
-                values, starts[size], nb[size], 32 if size == 0 else 16, finite, patterns[size]
-            )
+    if nb[0] >= 0:
+        _blocks_float32.largest_magnitudes(values, starts[0], nb[0], 32, finite, patterns[0])
+    kept = 0
+    if which == BUT_NVFP4 and len(maxima):  # for the second sweep
+        kept = cut(len(values), offset, row_length, 16, starts[1])
+        _blocks_float32.largest_magnitudes(values, starts[1], kept, 16, finite, maxima)
+    elif which == ALL and nb[1] >= 0:
+        _blocks_float32.largest_magnitudes(values, starts[1], nb[1], 16, finite, patterns[1])
     for f in range(table.shape[0]):
         rule, size, _, _, _, _, scale_lo, _ = table[f]
         if not _taken(rule, which):
             continue
         s = 0 if size == 32 else 1
         block_starts, block_patterns, n_blocks, row = starts[s], patterns[s], nb[s], rows[f]
+        if which == ONLY_NVFP4:
+            block_patterns = maxima
         if rule == NVFP4 and not flushed and _block_scales.nvfp4_in_lanes(tensor_scale):
             _block_scales.nvfp4_scales(
                 block_patterns, n_blocks, tensor_scale, row, exponents, first, second
@@ -194,11 +204,12 @@ def _add_chunk_float32(
         row[UNDER] += under
         row[OVER] += over
         sums[f] += error * to_units
+    return kept
 
 
 def _add_chunk_float64(
     values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite, offset,
-    row_length, table, tensor_scale, which, rows, sums, units, scratch,
+    row_length, table, tensor_scale, which, rows, sums, units, scratch, maxima,
 ):  # fmt: skip
     starts, buffers = scratch[0], scratch[9]
     exponent, to_units = _chunk_units(largest, 52, 1023, sums, units)
@@ -209,3 +220,4 @@ def _add_chunk_float64(
     _blocks_float64.add_chunk(
         a, starts, nb, table, taken, tensor_scale, exponent, to_units, rows, sums, buffers[1:]
     )
+    return 0

@@ -337,9 +337,14 @@ def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table, n, row_length, defe
     units = np.array([_cpu_blocks.NO_UNITS])
     size = min(n, _BLOCK) if table.shape[0] else 0
     scratch = _cpu_blocks.new_scratch(size, row_length, scale_exponents, mant_bits == 52)
-    # Per block of the array, what nvfp4 needs of it when it waits for the second sweep.
-    deferred_blocks = np.empty((2 * (n // _BLOCK) + 2 if deferred else 0, 4), np.int64)
-    blocks = (rows, block_sums, units, scratch, deferred_blocks)
+    # Per block of the array, what nvfp4 needs of it when it waits for the second sweep:
+    # its largest finite |x|, subnormals, values read as 0, finite or not, and where its
+    # blocks' maxima end in ``maxima`` (float32 only; a block of 16 a 16 values, and at
+    # most one short block more a row or part of a row).
+    deferred_blocks = np.empty((2 * (n // _BLOCK) + 2 if deferred else 0, 5), np.int64)
+    n_maxima = n // 16 + n // row_length + 3 if deferred and mant_bits == 23 else 0
+    maxima = np.empty(n_maxima, np.int32)
+    blocks = (rows, block_sums, units, scratch, deferred_blocks, maxima)
     return keys, totals, counts, casts, running, extremes, blocks
 
 
@@ -378,16 +383,19 @@ def _add_block(
         _count_casts(bits, sign_mask, inf_bits, thresholds, zeros, nans + pos_inf + neg_inf, casts)
     table, offset, row_length, tensor_scale, which = scaling
     if table.shape[0]:
-        rows, block_sums, units, scratch, deferred = blocks
+        rows, block_sums, units, scratch, deferred, maxima = blocks
         non_finite = nans + pos_inf + neg_inf
         largest = np.int64(block_extremes[0])
-        if which == _cpu_blocks.BUT_NVFP4:
-            deferred[block] = (largest, subnormals, zeros + non_finite, np.int64(non_finite == 0))
-        _cpu_blocks.add_chunk(
+        at = deferred[block - 1, 4] if block > 0 and len(deferred) else 0
+        kept = _cpu_blocks.add_chunk(
             values, bits, largest, sign_mask, inf_bits, subnormals, zeros + non_finite,
             non_finite == 0, offset, row_length, table, tensor_scale, which, rows, block_sums,
-            units, scratch,
+            units, scratch, maxima[at:],
         )  # fmt: skip
+        if which == _cpu_blocks.BUT_NVFP4:
+            deferred[block] = (
+                largest, subnormals, zeros + non_finite, np.int64(non_finite == 0), at + kept
+            )  # fmt: skip
     if finite:
         _add_block_moments(
             values, bits, subnormals, sign_mask, block_extremes[0], finite, mant_bits, bias, running
@@ -453,6 +461,17 @@ def _chunk_end(lo, n, offset, row_length, aligned):
 
 
 @numba.njit(cache=True, nogil=True)
+def _chunk_starts(n, offset, row_length, aligned):
+    """Where the array's blocks (``_chunk_end``) start, and ``n``: the second sweep takes
+    them from the last, whose values the first sweep left in the L2 cache."""
+    starts = [0]
+    while starts[-1] < n:
+        lo = starts[-1]
+        starts.append(_chunk_end(lo, n, (offset + lo) % row_length, row_length, aligned))
+    return starts
+
+
+@numba.njit(cache=True, nogil=True)
 def _largest_finite(bits, sign_mask, inf_bits):
     """The bit pattern of the largest finite |x| (0 when none), in the patterns' width."""
     largest = _same_width_and(sign_mask, 0)
@@ -480,12 +499,13 @@ def _deferred_block(values, bits, block, sign_mask, inf_bits, scaling, sums):
     """nvfp4 over block number ``block`` of an array, in the second sweep, with what the
     first found of it; ``scaling`` as ``_scaling`` gives it, the per-tensor scale known."""
     table, offset, row_length, tensor_scale, _ = scaling
-    rows, block_sums, units, scratch, deferred = sums[6]
-    largest, subnormals, read_as_zero, finite = deferred[block]
+    rows, block_sums, units, scratch, deferred, maxima = sums[6]
+    largest, subnormals, read_as_zero, finite, end = deferred[block]
+    at = deferred[block - 1, 4] if block > 0 else 0
     _cpu_blocks.add_chunk(
         values, bits, largest, sign_mask, inf_bits, subnormals, read_as_zero, finite == 1,
         offset, row_length, table, tensor_scale, _cpu_blocks.ONLY_NVFP4, rows, block_sums,
-        units, scratch,
+        units, scratch, maxima[at:end],
     )  # fmt: skip
 
 
@@ -527,13 +547,11 @@ def _summarise(
         lo, block = hi, block + 1
     if deferred:  # nvfp4, once the tensor's largest magnitude is known: a second sweep
         scaling = _nvfp4_sweep(first, sums, mant_bits)
-        lo = block = 0
-        while lo < len(bits):
-            hi = _chunk_end(lo, len(bits), scaling[1], row_length, aligned)
+        starts = _chunk_starts(len(bits), first[1], row_length, aligned)
+        for block in range(len(starts) - 2, -1, -1):
+            lo, hi = starts[block], starts[block + 1]
+            scaling = (table, (first[1] + lo) % row_length, row_length, scaling[3], scaling[4])
             _deferred_block(values[lo:hi], bits[lo:hi], block, sign_mask, inf_bits, scaling, sums)
-            offset = (scaling[1] + hi - lo) % row_length
-            scaling = (table, offset, row_length, scaling[3], scaling[4])
-            lo, block = hi, block + 1
     return _finish(len(bits), inf_bits, mant_bits, bias, hist_lo, n_bins, table, sums)
 
 
@@ -615,15 +633,14 @@ def _summarise_bfloat16(patterns, hist_lo, n_bins, thresholds, table, offset, ro
         lo, block = hi, block + 1
     if deferred:  # nvfp4, once the tensor's largest magnitude is known: a second sweep
         scaling = _nvfp4_sweep(first, sums, 23)
-        lo = block = 0
-        while lo < n:
-            hi = _chunk_end(lo, n, scaling[1], row_length, aligned)
+        starts = _chunk_starts(n, first[1], row_length, aligned)
+        for block in range(len(starts) - 2, -1, -1):
+            lo, hi = starts[block], starts[block + 1]
             m = _widen(patterns, lo, hi, keys_bits)
+            scaling = (table, (first[1] + lo) % row_length, row_length, scaling[3], scaling[4])
             _deferred_block(
                 values[:m], bits[:m], block, _FLOAT32_SIGN_MASK, _FLOAT32_INF, scaling, sums
             )
-            scaling = (table, (scaling[1] + m) % row_length, row_length, scaling[3], scaling[4])
-            lo, block = hi, block + 1
     return _finish(n, _FLOAT32_INF, 23, 127, hist_lo, n_bins, table, sums)
 
 
