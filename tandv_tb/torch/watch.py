@@ -106,6 +106,15 @@ def _sum_is_finite(tensor: torch.Tensor) -> bool:
     return math.isfinite(tensor.sum(dtype=wide).item())
 
 
+def found_finite(finite: torch.Tensor | None) -> bool:
+    """Whether a compiled graph's answer (``graph_op.hand_over``: every value finite, a 0-d
+    bool tensor, or None where it did not look) clears its tensor without reading it.
+
+    On another device reading it would wait for the device, so there the tensor is
+    counted on its device instead, as eagerly; a DTensor's answer (a collective) likewise."""
+    return finite is not None and _on_host(finite) and type(finite) is torch.Tensor and bool(finite)
+
+
 class _Blocks:
     """CPU tensors dense in memory, read by their bit patterns in one call per format."""
 

@@ -10,6 +10,7 @@ the trainings are run once per module and shared between the tests.
 
 from __future__ import annotations
 
+import collections
 import warnings
 
 import pytest
@@ -336,6 +337,45 @@ def test_the_watch_inside_the_compiled_graph_names_the_first_nan(tmp_path):
         0
     ] == NonfiniteEntry("Activation", "fc2", 8, 0, 0)
     assert steps(tmp_path) == [0, 4, 5]  # the step after the NaN is tracked
+
+
+class Spiked(Poisoned):
+    """``Poisoned`` with the buffer added to the model's output: +Inf there, and +Inf,
+    -Inf and NaN in the gradients when the test writes +Inf into it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x))) + self.poison
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_graphs_own_check_finds_what_the_eager_watch_finds(tmp_path, dtype):
+    """The compiled graph checks each tensor it hands over for NaN/Inf itself, and the
+    tracker counts only the ones it flags: the entries of a step poisoned with +Inf (NaN,
+    +Inf and -Inf downstream) equal the eager watch's."""
+    found = {}
+    for mode in ("eager", "compiled"):
+        torch.compiler.reset()
+        torch.manual_seed(0)
+        model = Spiked().to(dtype)
+        run = torch.compile(model) if mode == "compiled" else model
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+        generator = torch.Generator().manual_seed(0)
+        with track(run, logdir=str(tmp_path / mode), optimizer=optimizer, every=100) as tracker:
+            for step in range(3):
+                model.poison.fill_(float("inf") if step == 2 else 0.0)
+                x = torch.randn(4, 6, generator=generator).to(dtype)
+                run(x).float().square().mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                tracker.step()
+        found[mode] = read_nonfinite(tmp_path / mode)
+    (eager,), (compiled,) = found["eager"], found["compiled"]
+    assert (eager.run, eager.step) == (compiled.run, compiled.step) == (".", 2)
+    assert any(e.posinf for e in eager.entries) and any(e.neginf for e in eager.entries)
+    assert {"Activation", "Gradient", "Weight_Gradient"} <= {e.tensor_type for e in eager.entries}
+    # The root's output is the last module's output too: eagerly both gradient hooks sit
+    # on one tensor, compiled the root's sits after the graph, so it is seen first.
+    assert collections.Counter(compiled.entries) == collections.Counter(eager.entries)
 
 
 # -- weight gradients at the optimizer's step ---------------------------------------------
