@@ -27,23 +27,23 @@ class RunFiles:
     """The event files of one run (a folder's own)."""
 
     def __init__(self, where: Location, run: str):
-        self._where = where
+        self.where = where  # the logdir it lies in
         self.run = run  # the folder's path relative to its logdir
         self.local = isinstance(where, LocalFolder)  # reading costs no request
 
     def sizes(self) -> Files:
         """``{name: size}`` of the run's event files now, by name."""
-        return self._where.files(self.run)
+        return self.where.files(self.run)
 
     def path(self, name: str) -> str:
         """The file's path or URL, for messages."""
-        return self._where.join(self.run, name)
+        return self.where.join(self.run, name)
 
     def head(self, name: str, size: int) -> bytes:
         """The first ``size`` bytes of a file (none where a local file cannot be read;
         ``StorageError`` where remote storage fails)."""
         try:
-            return self._where.source(self.run, name).read(0, size)
+            return self.where.source(self.run, name).read(0, size)
         except StorageError:
             raise
         except OSError:
@@ -52,7 +52,7 @@ class RunFiles:
     def chunk(self, name: str, offset: int, table: TagTable, max_bytes: int | None = None) -> Chunk:
         """The numerics values of a file from ``offset`` on, about ``max_bytes`` (default
         ``CHUNK_BYTES``) of it (``event_reader.read_chunk``; the file may still grow)."""
-        source = self._where.source(self.run, name)
+        source = self.where.source(self.run, name)
         size = CHUNK_BYTES if max_bytes is None else max_bytes
         return read_chunk(source, offset, table, final=False, max_bytes=size)
 
@@ -61,7 +61,7 @@ class RunFiles:
     ) -> None:
         """Copy ``sizes[i]`` bytes of a file from ``at[i]`` into ``out`` at ``out_at[i]``;
         ``OSError`` or ``ValueError`` where the file is gone or shorter."""
-        self._where.read_ranges(self.run, name, at, sizes, out, out_at)
+        self.where.read_ranges(self.run, name, at, sizes, out, out_at)
 
 
 class Logdir:

@@ -35,6 +35,7 @@ from tandv_tb.store.held import HeldColumns
 from tandv_tb.store.layout import HeldLayout
 from tandv_tb.store.logdir import Logdir
 from tandv_tb.store.reader import Reader
+from tandv_tb.store.reader_process import ReaderProcess
 from tandv_tb.store.rows import Rows
 from tandv_tb.store.run_ids import RunIds
 from tandv_tb.store.schema import BLOCK_COLUMNS, CAST_COLUMNS
@@ -64,7 +65,9 @@ StoredTags = dict[str, tuple[int, TagInfo | None, int]]
 class NumericsStore:
     """Every numerics record of the runs under ``logdir`` (a path, a URL, or a ``Logdir``
     of a ``--logdir_spec``), kept up to date from the files (``cache_dir``: the local folder
-    of the database, ``database.database_path``)."""
+    of the database, ``database.database_path``). With ``reader_process`` the files are
+    read and decoded in a process of its own (``reader_process``: for a server whose
+    Python code is busy with other work), else in the calling threads."""
 
     def __init__(
         self,
@@ -72,13 +75,17 @@ class NumericsStore:
         cache_dir: str | os.PathLike | None = None,
         *,
         refresh_secs: float = REFRESH_SECS,
+        reader_process: bool = False,
     ):
         self._logdir = logdir if isinstance(logdir, Logdir) else Logdir.of(logdir)
         self.logdir = self._logdir.root
         self._database = Database(self._logdir.key, cache_dir)
         self.path = self._database.path
         run_ids = RunIds(self._database)
-        self._updates = Updates(self._database, run_ids, self._logdir, refresh_secs)
+        self._reader_process = ReaderProcess() if reader_process else None
+        self._updates = Updates(
+            self._database, run_ids, self._logdir, refresh_secs, self._reader_process
+        )
         self._reader = Reader(self._database, run_ids, self._logdir)
         self._held = HeldColumns(self._reader)
         self._first_tags: dict[str, dict[str, tuple[bytes, int]]] = {}
@@ -87,6 +94,8 @@ class NumericsStore:
         """Close the store (after a background build has stopped at its next transaction);
         a temporary one is deleted."""
         self._updates.close()
+        if self._reader_process is not None:
+            self._reader_process.close()
         self._database.close()
 
     def build_in_background(self) -> None:
@@ -111,6 +120,8 @@ class NumericsStore:
             with ThreadPoolExecutor(FIRST_TAGS_REQUESTS) as requests:  # a request each
                 list(requests.map(first_tags_of, unread))
 
+        if self._reader_process is not None:
+            self._reader_process.start()
         self._updates.build_in_background(first_tags)
 
     # -- runs and keeping up with their files -------------------------------------------------
