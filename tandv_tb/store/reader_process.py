@@ -101,22 +101,21 @@ class ReaderProcess:
             known = pickle.dumps(table, pickle.HIGHEST_PROTOCOL)  # as of now, not when sent
             piece = (at, logdir.CHUNK_BYTES)  # the store's piece size, as set here
             where = (url, files.run, name)
-            return self._ask(_read, where, piece, known, (run_id, file_id, seq), self._folder)
+            return self._ask(_read, where, piece, known, (run_id, file_id, seq))
 
         asked = ask(offset, first_seq) if offset < size else None
         try:
             while offset < size:
-                sent = None
-                if asked is not None:
-                    try:
-                        sent = asked.result()
-                    except ReaderGone:
-                        self._died()
-                asked = None
-                if sent is None and self._failed:
+                try:
+                    if asked is None:
+                        raise ReaderGone("no reader process")
+                    sent = asked.result()
+                except ReaderGone:  # it ended (said in the log), or the store closes
+                    asked = None
                     ids = (run_id, file_id, first_seq)
                     yield from READ_HERE.pieces(files, name, (offset, size), table, ids)
                     return
+                asked = None
                 if sent is None:
                     return
                 piece, learned = _received(sent)
@@ -177,25 +176,22 @@ class ReaderProcess:
         process.wait()
         with self._lock:
             left, self._asked = list(self._asked), collections.deque()
-            if self._process is process:
-                self._process = None
-                self._failed = not self._closed
+            unexpected = self._process is process and not self._closed
+            if unexpected:
+                self._process, self._failed = None, True
+        if unexpected:
+            logger.warning(
+                "tandv_tb: the store's reader process ended unexpectedly (exit status %s: out "
+                "of memory?); reading in the server's process from now on",
+                process.returncode,
+            )
         for asked in left:
             asked.set_exception(ReaderGone(f"the reader process ended ({process.returncode})"))
-
-    def _died(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._failed = True
-        logger.warning(
-            "tandv_tb: the store's reader process ended unexpectedly (out of memory?); "
-            "reading in the server's process from now on"
-        )
 
 
 # -- in the reader process --------------------------------------------------------------------
 _locations: dict[str, Location] = {}
+_FOLDER = ""  # where this reader process writes its files of columns (``_serve``)
 
 
 def _warm_up() -> None:
@@ -203,15 +199,12 @@ def _warm_up() -> None:
 
 
 def _read(
-    where: tuple[str, str, str],
-    piece_at: tuple[int, int],
-    known: bytes,
-    ids: tuple[int, int, int],
-    folder: str,
+    where: tuple[str, str, str], piece_at: tuple[int, int], known: bytes, ids: tuple[int, int, int]
 ) -> tuple[Piece, str | None, _Layout, TagTable] | None:
     """``read_piece`` of a file (``where``: its logdir's URL, run and name; ``piece_at``:
     offset and bytes; ``known``: the run's table, pickled), its numeric columns written to
-    a file of ``folder`` (the receiver removes it), with the table as it is after."""
+    a file of the process's folder (the receiver removes it), with the table as it is
+    after."""
     url, run, name = where
     found = _locations.get(url)
     if found is None:
@@ -220,7 +213,7 @@ def _read(
     piece = read_piece(RunFiles(found, run), name, piece_at[0], table, ids, piece_at[1])
     if piece is None:
         return None
-    path, layout = _to_file(piece.decoded.rows, folder)
+    path, layout = _to_file(piece.decoded.rows, _FOLDER)
     piece.decoded = Decoded({}, piece.decoded.malformed)
     return piece, path, layout, table
 
@@ -296,6 +289,8 @@ def _serve(folder: str) -> None:
     """The reader process: answer each call read from the standard input, in order, on
     what was the standard output, until the input ends; then remove ``folder`` (its files
     of columns: the server may have ended without removing them)."""
+    global _FOLDER
+    _FOLDER = folder
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything else printed goes to the standard error
     requests = sys.stdin.buffer

@@ -41,11 +41,13 @@ def _everything(db: NumericsStore, run: str) -> dict:
     }
 
 
-def test_a_run_uploaded_to_s3_is_read_as_from_disk(s3, tmp_path):
+@pytest.mark.parametrize("reader_process", [False, True])
+def test_a_run_uploaded_to_s3_is_read_as_from_disk(s3, tmp_path, reader_process):
+    """Read in the store's threads, and in its reader process (as under TensorBoard)."""
     write_run(tmp_path / "local" / "deep" / "r", range(12))
-    url = s3.bucket("uploaded") + "/runs"
+    url = s3.bucket(f"uploaded{int(reader_process)}") + "/runs"
     s3.upload(tmp_path / "local", url)
-    remote = NumericsStore(url, tmp_path / "c1", refresh_secs=0)
+    remote = NumericsStore(url, tmp_path / "c1", refresh_secs=0, reader_process=reader_process)
     local = NumericsStore(str(tmp_path / "local"), tmp_path / "c2", refresh_secs=0)
     try:
         assert remote.runs() == local.runs() == ["deep/r"]
