@@ -38,7 +38,7 @@ from tandv_tb.disk.locations import Location, location
 from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.store import logdir
 from tandv_tb.store.ingest import READ_HERE, Columns, Decoded, Piece, read_piece
-from tandv_tb.store.logdir import RunFiles
+from tandv_tb.store.logdir import RunFiles, first_tags_of
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,16 @@ class ReaderProcess:
             if asked is not None:  # not used: its file is removed when it comes
                 asked.add_done_callback(_discard)
 
+    def first_tags(self, runs: list[RunFiles]) -> list[dict[str, tuple[bytes, int]] | OSError]:
+        """``logdir.first_tags_of`` the runs, in the process."""
+        asked = self._ask(_first_tags, [(files.where.url, files.run) for files in runs])
+        try:
+            if asked is None:
+                raise ReaderGone("no reader process")
+            return asked.result()
+        except ReaderGone:  # it ended (said in the log), or the store closes
+            return first_tags_of(runs)
+
     def _ask(self, function, *args) -> Future | None:
         """``function(*args)`` in the process (started if it is not): its answer to come;
         None where there is no process (it died, or the store is closed)."""
@@ -206,16 +216,25 @@ def _read(
     a file of the process's folder (the receiver removes it), with the table as it is
     after."""
     url, run, name = where
-    found = _locations.get(url)
-    if found is None:
-        found = _locations[url] = location(url)
     table = pickle.loads(known)
-    piece = read_piece(RunFiles(found, run), name, piece_at[0], table, ids, piece_at[1])
+    piece = read_piece(_run_files(url, run), name, piece_at[0], table, ids, piece_at[1])
     if piece is None:
         return None
     path, layout = _to_file(piece.decoded.rows, _FOLDER)
     piece.decoded = Decoded({}, piece.decoded.malformed)
     return piece, path, layout, table
+
+
+def _first_tags(runs: list[tuple[str, str]]) -> list[dict[str, tuple[bytes, int]] | OSError]:
+    """``logdir.first_tags_of`` the runs given as (their logdir's URL, run)."""
+    return first_tags_of([_run_files(url, run) for url, run in runs])
+
+
+def _run_files(url: str, run: str) -> RunFiles:
+    where = _locations.get(url)
+    if where is None:
+        where = _locations[url] = location(url)
+    return RunFiles(where, run)
 
 
 def _to_file(rows: dict[str, Columns | None], folder: str) -> tuple[str | None, _Layout]:
