@@ -251,14 +251,14 @@ def _write(
             "content": _objects(table.contents[stored:]),
             "malformed": np.zeros(len(new), dtype=np.int64),
         }
-        _insert(cursor, "tags", tags)
+        _insert(cursor, "tags", [tags])
     for tag_id in np.flatnonzero(malformed).tolist():
         cursor.execute(
             "UPDATE tags SET malformed = malformed + ? WHERE run_id = ? AND tag_id = ?",
             [int(malformed[tag_id]), run_id, tag_id],
         )
     for name in FILE_ROWS:
-        _insert(cursor, name, _concatenate([part.rows[name] for part in parts]))
+        _insert(cursor, name, [part.rows[name] for part in parts])
     cursor.execute(
         "UPDATE files SET consumed = ?, n_values = ?, head = ? WHERE file_id = ?",
         [*file_state, file_id],
@@ -266,29 +266,32 @@ def _write(
     cursor.execute("COMMIT")
 
 
-def _concatenate(parts: list[Columns | None]) -> Columns | None:
-    found = [part for part in parts if part]
-    if len(found) <= 1:
-        return found[0] if found else None
-    return {name: np.concatenate([part[name] for part in found]) for name in found[0]}
+def _concatenate(parts: list[Columns]) -> Columns:
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
-def _insert(cursor, table: str, rows: Columns | None) -> None:
-    """Append rows given as numpy columns by name (None or empty: nothing) to one of the
-    store's tables.
+def _insert(cursor, table: str, parts: list[Columns | None]) -> None:
+    """Append rows given as parts of numpy columns by name (None or empty: nothing) to one
+    of the store's tables.
 
-    Numeric columns go in as Arrow arrays over the numpy buffers (no copy, NaN stays NaN;
-    0.2-0.45 s less CPU than scanning the numpy arrays for a run of 2.5 M records), a
-    column of NULLs only is left to its default. A column of other objects (tags, names,
-    inline vectors) is scanned by DuckDB from numpy: building Arrow arrays from Python
-    objects imports pandas (a second of a first start), and numpy's scan reads a float NaN
-    as NULL, pandas' rule, so NULL is put back as NaN there."""
-    if not rows or not len(next(iter(rows.values()))):
+    Numeric columns go in as Arrow arrays over the numpy buffers, a batch per part (no
+    copy, NaN stays NaN; 0.2-0.45 s less CPU than scanning the numpy arrays for a run of
+    2.5 M records), a column of NULLs only is left to its default. A column of other
+    objects (tags, names, inline vectors) is scanned by DuckDB from numpy (the parts
+    joined): building Arrow arrays from Python objects imports pandas (a second of a first
+    start), and numpy's scan reads a float NaN as NULL, pandas' rule, so NULL is put back
+    as NaN there."""
+    parts = [rows for rows in parts if rows and len(next(iter(rows.values())))]
+    if not parts:
         return
+    rows = parts[0]
     objects = {name for name, values in rows.items() if values.dtype == object}
     if any(rows[name].dtype.kind not in "iufO" for name in rows) or any(
-        np.not_equal(rows[name], None).any() for name in objects
+        np.not_equal(part[name], None).any() for part in parts for name in objects
     ):
+        rows = _concatenate(parts)
         names = list(rows)
         select = ", ".join(
             f"coalesce({name}, 'NaN'::DOUBLE)" if values.dtype.kind == "f" else name
@@ -298,7 +301,10 @@ def _insert(cursor, table: str, rows: Columns | None) -> None:
     else:
         names = [name for name in rows if name not in objects]
         select = "*"
-        batch = pa.Table.from_arrays([_arrow(rows[name]) for name in names], names=names)
+        batch = pa.Table.from_batches(
+            pa.RecordBatch.from_arrays([_arrow(part[name]) for name in names], names=names)
+            for part in parts
+        )
     cursor.register("batch", batch)
     cursor.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT {select} FROM batch")
     cursor.unregister("batch")
