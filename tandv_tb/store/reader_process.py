@@ -147,10 +147,20 @@ class ReaderProcess:
                 return None
             try:
                 process = self._started()
-                self._asked.append(asked)
+            except OSError as error:
+                self._failed = True
+                logger.warning(
+                    "tandv_tb: could not start the store's reader process (%s); reading in "
+                    "the server's process",
+                    error,
+                )
+                return None
+            self._asked.append(asked)
+            try:
                 pickle.dump((function, args), process.stdin, pickle.HIGHEST_PROTOCOL)
                 process.stdin.flush()
-            except OSError as error:  # it ended meanwhile: told by the answers' reader
+            except OSError as error:  # it ended meanwhile (said by the answers' reader)
+                self._asked.pop()
                 asked.set_exception(ReaderGone(str(error)))
         return asked
 

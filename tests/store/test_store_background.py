@@ -42,6 +42,7 @@ def test_the_plugin_builds_every_run_at_start_without_a_request(tmp_path):
     )
     plugin = NumericsPlugin(context)  # what TensorBoard does at its start
     db = plugin._store
+    assert db._reader_process is not None  # TensorBoard's Python loader runs in this process
     try:
         _wait(lambda: db.has_read("a") and db.has_read("deep/b"), "both runs to be read")
         assert stored_steps(db, "a", "tandv/Activation/layers.2") == list(range(40))
