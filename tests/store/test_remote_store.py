@@ -145,6 +145,21 @@ def test_a_logdir_spec_names_runs_as_tensorboard_does(tmp_path):
         db.close()
 
 
+def test_the_reader_process_tells_an_unreachable_server_as_the_store_does(s3, tmp_path):
+    """A run's first tags are listed by the reader process (as under TensorBoard): its
+    failure comes back as the same ``StorageError``, message and kind."""
+    dead = {"AWS_ENDPOINT_URL": unreachable_endpoint(), "S3_ENDPOINT": ""}
+    with environment(dead):  # the reader process is started with it
+        db = NumericsStore(s3.bucket("far") + "/runs", tmp_path / "c", reader_process=True)
+        try:
+            with pytest.raises(StorageError, match="cannot read s3://far/runs: the st") as found:
+                db.first_tags("r")
+            assert found.value.kind == "unreachable"
+            assert db._reader_process._process is not None  # told by the process
+        finally:
+            db.close()
+
+
 def test_a_missing_bucket_and_an_unreachable_server_are_named(s3, tmp_path):
     missing = NumericsStore("s3://no-such-bucket/runs", tmp_path / "c", refresh_secs=0)
     with pytest.raises(StorageError, match=r"cannot read s3://no-such-bucket/runs: not found"):
