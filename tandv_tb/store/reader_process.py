@@ -25,6 +25,7 @@ import logging
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -316,25 +317,33 @@ def _discard(asked: Future) -> None:
 
 def _serve(folder: str) -> None:
     """The reader process: answer each call read from the standard input, in order, on
-    what was the standard output, until the input ends; then remove ``folder`` (its files
-    of columns: the server may have ended without removing them)."""
+    what was the standard output, until the input ends or the server is gone; then remove
+    ``folder`` (its files of columns: the server may have ended without removing them).
+    Ctrl-C in a terminal reaches the whole process group: the server stops on it, and this
+    process when the server is gone (its input ends)."""
     global _FOLDER
     _FOLDER = folder
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything else printed goes to the standard error
     requests = sys.stdin.buffer
-    while True:
-        try:
-            function, args = pickle.load(requests)
-        except EOFError:
-            shutil.rmtree(folder, ignore_errors=True)
-            return
-        try:
-            answer = (False, function(*args))
-        except Exception as error:
-            answer = (True, error)
-        pickle.dump(answer, answers, pickle.HIGHEST_PROTOCOL)
-        answers.flush()
+    try:
+        while True:
+            try:
+                function, args = pickle.load(requests)
+            except EOFError:
+                return
+            try:
+                answer = (False, function(*args))
+            except Exception as error:
+                answer = (True, error)
+            try:
+                pickle.dump(answer, answers, pickle.HIGHEST_PROTOCOL)
+                answers.flush()
+            except OSError:  # the server is gone
+                return
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 #: The reader process's program (``-c``: its module is imported, never run as a script).
