@@ -64,6 +64,9 @@ class StorageError(OSError):
         super().__init__(message)
         self.kind = kind
 
+    def __reduce__(self):  # pickled whole (from the store's reader process)
+        return type(self), (str(self), self.kind)
+
 
 def storage_error(url: str, error: BaseException, doing: str = "read") -> StorageError:
     """``error`` of an fsspec call on ``url`` as a ``StorageError`` with a clear message

@@ -44,6 +44,10 @@ class TagTable:
         self.infos.append(info)
         return self._index[tag]
 
+    def update_from(self, copy: TagTable) -> None:
+        """Become ``copy``, a copy of this table that read on (in a reader process)."""
+        self.__dict__.update(copy.__dict__)
+
     def refuse_once(self, tag: str) -> bool:
         """True the first time a refused tag is met (so that it is described once)."""
         if tag in self._reported:

@@ -20,6 +20,7 @@ from tensorboard import context as tb_context
 from tensorboard import errors as tb_errors
 from tensorboard import plugin_util
 from tensorboard.backend import http_util
+from tensorboard.backend.event_processing.data_provider import MultiplexerDataProvider
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
@@ -92,7 +93,9 @@ class NumericsPlugin(base_plugin.TBPlugin):
         logdir = _logdir(context)
         if self._provider and logdir is not None:
             try:
-                self._store = NumericsStore(logdir, cache_dir)
+                self._store = NumericsStore(
+                    logdir, cache_dir, reader_process=_loads_here(self._provider)
+                )
             except StorageError as error:  # e.g. no fsspec package for the URL's protocol
                 logger.warning("tandv_tb: %s", error)
                 self._unavailable = error
@@ -243,6 +246,13 @@ class NumericsPlugin(base_plugin.TBPlugin):
 
     def _unknown(self, request: wrappers.Request, route: str):
         raise tb_errors.NotFoundError(f"no route {request.path!r}; see tandv_tb/plugin/http_api.md")
+
+
+def _loads_here(provider) -> bool:
+    """Whether TensorBoard reads the event files with its Python loader, in this process
+    (a remote logdir, ``--load_fast=false``): the store then reads in a process of its own
+    (``tandv_tb.store.reader_process``), not beside it."""
+    return isinstance(provider, MultiplexerDataProvider)
 
 
 def _logdir(context: base_plugin.TBContext) -> Logdir | None:

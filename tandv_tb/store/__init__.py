@@ -7,8 +7,9 @@ up (each imports only modules listed before it):
 - ``logdir``: the runs under a logdir (a local folder, an fsspec URL, a ``--logdir_spec``)
   and their event files (listing, reading bytes; ``tandv_tb.disk.locations``);
 - ``block_rows``: the block-scaled formats' rows of a chunk of records; ``ingest``: a run
-  brought up to date with its files; ``updates``: when (``refresh``,
-  the background build);
+  brought up to date with its files (its pieces read and decoded in the calling thread, or
+  in ``reader_process``, a process of its own, where TensorBoard's Python loader holds the
+  server's GIL); ``updates``: when (``refresh``, the background build);
 - ``results``: a query's result as numpy columns, in (tag, step) order; ``rows``: records
   by (tag, step) and the one index over them; ``layout``: how stored rows are arranged
   (held between queries, never leaving the package); ``lru``; ``series``: what the routes

@@ -8,9 +8,11 @@ seq) within each chunk, and a record's stored vector is kept as its place in the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +38,12 @@ BATCH_RECORDS = 1 << 17
 
 
 def update_run(
-    cursor, files: RunFiles, run_id: int, table: TagTable, pause: Callable[[], bool] | None = None
+    cursor,
+    files: RunFiles,
+    run_id: int,
+    table: TagTable,
+    pause: Callable[[], bool] | None = None,
+    reading: Reading | None = None,
 ) -> tuple[bool, bool]:
     """Store what is new in the run's event files (new bytes, new files; a deleted file's
     records are dropped, a replaced or shrunk file is read again): whether anything
@@ -45,7 +52,9 @@ def update_run(
     only when its size changed, so an object replaced by one of the same size is missed
     (objects written by ``NumericsWriter`` are never replaced). ``pause`` is asked between
     transactions: when it says so, the update stops there (the store is whole up to that
-    offset; the next update goes on from it)."""
+    offset; the next update goes on from it). ``reading``: where the files are read and
+    decoded (default ``READ_HERE``)."""
+    reading = READ_HERE if reading is None else reading
     known = {
         name: (file_id, consumed, n_values, head)
         for file_id, name, consumed, n_values, head in cursor.execute(
@@ -70,21 +79,89 @@ def update_run(
         if entry is None:
             entry = (_new_file(cursor, run_id, name, head), 0, 0, head)
         file_id, consumed, n_values, _ = entry
-        pending: list[_Decoded] = []
-        while consumed < size:
-            if not pending and pause is not None and pause():  # between transactions
-                return changed, False
-            chunk = files.chunk(name, consumed, table)
-            if chunk.end <= consumed:
-                break
-            pending.append(_decode(run_id, file_id, n_values, chunk, table))
-            consumed, n_values, changed = chunk.end, n_values + len(chunk), True
-            if sum(len(part.rows["records"]["seq"]) for part in pending) >= BATCH_RECORDS:
-                _write(cursor, run_id, file_id, pending, table, (consumed, n_values, head))
-                pending = []
+        pending: list[Decoded] = []
+        if consumed < size and pause is not None and pause():  # between transactions
+            return changed, False
+        pieces = reading.pieces(files, name, (consumed, size), table, (run_id, file_id, n_values))
+        with contextlib.closing(pieces):
+            for piece in pieces:
+                for problem in piece.problems:
+                    logger.warning("tandv_tb: %s", problem)
+                pending.append(piece.decoded)
+                consumed, n_values, changed = piece.end, n_values + piece.n_values, True
+                if sum(len(part.rows["records"]["seq"]) for part in pending) >= BATCH_RECORDS:
+                    _write(cursor, run_id, file_id, pending, table, (consumed, n_values, head))
+                    pending = []
+                    if consumed < size and pause is not None and pause():
+                        return changed, False
         if pending:
             _write(cursor, run_id, file_id, pending, table, (consumed, n_values, head))
     return changed, True
+
+
+class Reading(Protocol):
+    """Where a file's pieces are read and decoded (``read_piece``): in the calling thread
+    (``READ_HERE``) or in a process of its own (``reader_process.ReaderProcess``)."""
+
+    def pieces(
+        self,
+        files: RunFiles,
+        name: str,
+        span: tuple[int, int],
+        table: TagTable,
+        ids: tuple[int, int, int],
+    ) -> Iterator[Piece]:
+        """The pieces of a file from ``span[0]`` (an offset) on while they end before
+        ``span[1]`` (its size as listed), in file order, each decoded as ``read_piece`` with
+        ``ids`` = (run id, file id, the file's values read before), ``table`` kept up to
+        date with the tags met. A piece that reads nothing ends them."""
+
+
+class _ReadHere:
+    def pieces(self, files, name, span, table, ids) -> Iterator[Piece]:
+        (offset, size), (run_id, file_id, first_seq) = span, ids
+        while offset < size:
+            piece = read_piece(files, name, offset, table, (run_id, file_id, first_seq))
+            if piece is None:
+                return
+            yield piece
+            offset, first_seq = piece.end, first_seq + piece.n_values
+
+
+#: Reading in the calling thread.
+READ_HERE: Reading = _ReadHere()
+
+
+@dataclasses.dataclass
+class Piece:
+    """A piece of a file read and decoded: its rows, where reading stopped, the values
+    read, and what was skipped (one sentence each)."""
+
+    decoded: Decoded
+    end: int
+    n_values: int
+    problems: list[str]
+
+
+def read_piece(
+    files: RunFiles,
+    name: str,
+    offset: int,
+    table: TagTable,
+    ids: tuple[int, int, int],
+    max_bytes: int | None = None,
+) -> Piece | None:
+    """The piece of a file from ``offset`` (``RunFiles.chunk``, about ``max_bytes``)
+    decoded into the rows of the store's tables, ``ids`` = (run id, file id, the file's
+    values read before it); None where it reads nothing (the file ends there, or its next
+    record is unfinished)."""
+    chunk = files.chunk(name, offset, table, max_bytes)
+    if chunk.end <= offset:
+        return None
+    run_id, file_id, first_seq = ids
+    return Piece(
+        _decode(run_id, file_id, first_seq, chunk, table), chunk.end, len(chunk), chunk.problems
+    )
 
 
 def stored_tags(cursor, run_id: int) -> TagTable:
@@ -114,7 +191,7 @@ def _forget_file(cursor, file_id: int) -> None:
 
 
 @dataclasses.dataclass
-class _Decoded:
+class Decoded:
     """One chunk's rows for each table of ``FILE_ROWS`` (None: none), and its malformed
     records by tag id."""
 
@@ -122,9 +199,7 @@ class _Decoded:
     malformed: np.ndarray
 
 
-def _decode(run_id: int, file_id: int, first_seq: int, chunk: Chunk, table: TagTable) -> _Decoded:
-    for problem in chunk.problems:
-        logger.warning("tandv_tb: %s", problem)
+def _decode(run_id: int, file_id: int, first_seq: int, chunk: Chunk, table: TagTable) -> Decoded:
     n_formats = np.array([len(i.formats) if i else 0 for i in table.infos], dtype=np.int64)
     n_blocks = np.array([len(i.block_formats) if i else 0 for i in table.infos], dtype=np.int64)
     rows = decode_rows(
@@ -148,14 +223,14 @@ def _decode(run_id: int, file_id: int, first_seq: int, chunk: Chunk, table: TagT
         "scalars": _scalar_rows(run_id, file_id, first_seq, chunk),
     }
     assert set(found) == set(FILE_ROWS), "a table of rows from a file is not filled here"
-    return _Decoded(found, malformed)
+    return Decoded(found, malformed)
 
 
 def _write(
     cursor,
     run_id: int,
     file_id: int,
-    parts: list[_Decoded],
+    parts: list[Decoded],
     table: TagTable,
     file_state: tuple[int, int, bytes],
 ) -> None:
@@ -176,14 +251,14 @@ def _write(
             "content": _objects(table.contents[stored:]),
             "malformed": np.zeros(len(new), dtype=np.int64),
         }
-        _insert(cursor, "tags", tags)
+        _insert(cursor, "tags", [tags])
     for tag_id in np.flatnonzero(malformed).tolist():
         cursor.execute(
             "UPDATE tags SET malformed = malformed + ? WHERE run_id = ? AND tag_id = ?",
             [int(malformed[tag_id]), run_id, tag_id],
         )
     for name in FILE_ROWS:
-        _insert(cursor, name, _concatenate([part.rows[name] for part in parts]))
+        _insert(cursor, name, [part.rows[name] for part in parts])
     cursor.execute(
         "UPDATE files SET consumed = ?, n_values = ?, head = ? WHERE file_id = ?",
         [*file_state, file_id],
@@ -191,29 +266,32 @@ def _write(
     cursor.execute("COMMIT")
 
 
-def _concatenate(parts: list[Columns | None]) -> Columns | None:
-    found = [part for part in parts if part]
-    if len(found) <= 1:
-        return found[0] if found else None
-    return {name: np.concatenate([part[name] for part in found]) for name in found[0]}
+def _concatenate(parts: list[Columns]) -> Columns:
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
-def _insert(cursor, table: str, rows: Columns | None) -> None:
-    """Append rows given as numpy columns by name (None or empty: nothing) to one of the
-    store's tables.
+def _insert(cursor, table: str, parts: list[Columns | None]) -> None:
+    """Append rows given as parts of numpy columns by name (None or empty: nothing) to one
+    of the store's tables.
 
-    Numeric columns go in as Arrow arrays over the numpy buffers (no copy, NaN stays NaN;
-    0.2-0.45 s less CPU than scanning the numpy arrays for a run of 2.5 M records), a
-    column of NULLs only is left to its default. A column of other objects (tags, names,
-    inline vectors) is scanned by DuckDB from numpy: building Arrow arrays from Python
-    objects imports pandas (a second of a first start), and numpy's scan reads a float NaN
-    as NULL, pandas' rule, so NULL is put back as NaN there."""
-    if not rows or not len(next(iter(rows.values()))):
+    Numeric columns go in as Arrow arrays over the numpy buffers, a batch per part (no
+    copy, NaN stays NaN; 0.2-0.45 s less CPU than scanning the numpy arrays for a run of
+    2.5 M records), a column of NULLs only is left to its default. A column of other
+    objects (tags, names, inline vectors) is scanned by DuckDB from numpy (the parts
+    joined): building Arrow arrays from Python objects imports pandas (a second of a first
+    start), and numpy's scan reads a float NaN as NULL, pandas' rule, so NULL is put back
+    as NaN there."""
+    parts = [rows for rows in parts if rows and len(next(iter(rows.values())))]
+    if not parts:
         return
+    rows = parts[0]
     objects = {name for name, values in rows.items() if values.dtype == object}
     if any(rows[name].dtype.kind not in "iufO" for name in rows) or any(
-        np.not_equal(rows[name], None).any() for name in objects
+        np.not_equal(part[name], None).any() for part in parts for name in objects
     ):
+        rows = _concatenate(parts)
         names = list(rows)
         select = ", ".join(
             f"coalesce({name}, 'NaN'::DOUBLE)" if values.dtype.kind == "f" else name
@@ -223,7 +301,10 @@ def _insert(cursor, table: str, rows: Columns | None) -> None:
     else:
         names = [name for name in rows if name not in objects]
         select = "*"
-        batch = pa.Table.from_arrays([_arrow(rows[name]) for name in names], names=names)
+        batch = pa.Table.from_batches(
+            pa.RecordBatch.from_arrays([_arrow(part[name]) for name in names], names=names)
+            for part in parts
+        )
     cursor.register("batch", batch)
     cursor.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT {select} FROM batch")
     cursor.unregister("batch")

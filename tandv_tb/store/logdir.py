@@ -14,6 +14,7 @@ the logdir itself is ``<group>/.``).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -22,28 +23,34 @@ from tandv_tb.disk.event_reader import CHUNK_BYTES, read_chunk
 from tandv_tb.disk.locations import Files, LocalFolder, Location, StorageError, location
 from tandv_tb.disk.tag_table import TagTable
 
+#: Bytes of a run's first event file read to list its tags before the store reads it (a
+#: tracker's first step of 1,000 tensors, each tag with its metadata, is about 250 KB).
+FIRST_TAGS_BYTES = 256 << 10
+#: Runs whose first tags are asked of remote storage at once.
+FIRST_TAGS_REQUESTS = 8
+
 
 class RunFiles:
     """The event files of one run (a folder's own)."""
 
     def __init__(self, where: Location, run: str):
-        self._where = where
+        self.where = where  # the logdir it lies in
         self.run = run  # the folder's path relative to its logdir
         self.local = isinstance(where, LocalFolder)  # reading costs no request
 
     def sizes(self) -> Files:
         """``{name: size}`` of the run's event files now, by name."""
-        return self._where.files(self.run)
+        return self.where.files(self.run)
 
     def path(self, name: str) -> str:
         """The file's path or URL, for messages."""
-        return self._where.join(self.run, name)
+        return self.where.join(self.run, name)
 
     def head(self, name: str, size: int) -> bytes:
         """The first ``size`` bytes of a file (none where a local file cannot be read;
         ``StorageError`` where remote storage fails)."""
         try:
-            return self._where.source(self.run, name).read(0, size)
+            return self.where.source(self.run, name).read(0, size)
         except StorageError:
             raise
         except OSError:
@@ -52,16 +59,35 @@ class RunFiles:
     def chunk(self, name: str, offset: int, table: TagTable, max_bytes: int | None = None) -> Chunk:
         """The numerics values of a file from ``offset`` on, about ``max_bytes`` (default
         ``CHUNK_BYTES``) of it (``event_reader.read_chunk``; the file may still grow)."""
-        source = self._where.source(self.run, name)
+        source = self.where.source(self.run, name)
         size = CHUNK_BYTES if max_bytes is None else max_bytes
         return read_chunk(source, offset, table, final=False, max_bytes=size)
+
+    def first_tags(self) -> dict[str, tuple[bytes, int]]:
+        """What listing the run's tags needs, ``{tag: (its metadata's plugin content, its
+        last step)}``, read from the first ``FIRST_TAGS_BYTES`` (and at least the first
+        whole event after the file's version) of its first event file (a tag's metadata is
+        in its first record; the steps are those of that piece); none without files."""
+        names = list(self.sizes())
+        if not names:
+            return {}
+        table = TagTable()
+        chunk = self.chunk(names[0], 0, table, FIRST_TAGS_BYTES)
+        if not len(chunk) and chunk.end > 0:  # the version only: the next event whole
+            chunk = self.chunk(names[0], chunk.end, table, FIRST_TAGS_BYTES)
+        last = np.zeros(len(table), dtype=np.int64)
+        np.maximum.at(last, chunk.tags, chunk.steps)
+        return {
+            name: (content, int(step))
+            for name, content, step in zip(table.names, table.contents, last.tolist())
+        }
 
     def read_ranges(
         self, name: str, at: np.ndarray, sizes: np.ndarray, out: np.ndarray, out_at: np.ndarray
     ) -> None:
         """Copy ``sizes[i]`` bytes of a file from ``at[i]`` into ``out`` at ``out_at[i]``;
         ``OSError`` or ``ValueError`` where the file is gone or shorter."""
-        self._where.read_ranges(self.run, name, at, sizes, out, out_at)
+        self.where.read_ranges(self.run, name, at, sizes, out, out_at)
 
 
 class Logdir:
@@ -127,6 +153,22 @@ class Logdir:
             if len(self.roots) == 1 or files.sizes():
                 return files
         return None
+
+
+def first_tags_of(runs: list[RunFiles]) -> list[dict[str, tuple[bytes, int]] | OSError]:
+    """``RunFiles.first_tags`` of each run (an ``OSError`` where it failed), of remote
+    runs ``FIRST_TAGS_REQUESTS`` at a time (a request each)."""
+
+    def first_tags(files: RunFiles) -> dict[str, tuple[bytes, int]] | OSError:
+        try:
+            return files.first_tags()
+        except OSError as error:
+            return error
+
+    if all(files.local for files in runs):
+        return [first_tags(files) for files in runs]
+    with ThreadPoolExecutor(FIRST_TAGS_REQUESTS) as requests:
+        return list(requests.map(first_tags, runs))
 
 
 def _named(group: str | None, run: str) -> str:

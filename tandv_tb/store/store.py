@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -29,12 +28,12 @@ from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, decode_tensor
-from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.store.database import Database
 from tandv_tb.store.held import HeldColumns
 from tandv_tb.store.layout import HeldLayout
-from tandv_tb.store.logdir import Logdir
+from tandv_tb.store.logdir import Logdir, first_tags_of
 from tandv_tb.store.reader import Reader
+from tandv_tb.store.reader_process import ReaderProcess
 from tandv_tb.store.rows import Rows
 from tandv_tb.store.run_ids import RunIds
 from tandv_tb.store.schema import BLOCK_COLUMNS, CAST_COLUMNS
@@ -52,11 +51,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at a run's files (TensorBoard itself reloads every 5 s).
 REFRESH_SECS = 1.0
-#: Runs whose first tags are asked of remote storage at once.
-FIRST_TAGS_REQUESTS = 8
-#: Bytes of a run's first event file read to list its tags before the store reads it (a
-#: tracker's first step of 1,000 tensors, each tag with its metadata, is about 250 KB).
-FIRST_TAGS_BYTES = 256 << 10
+#: Runs whose first tags are read between two looks at whether the store closes.
+FIRST_TAGS_AT_ONCE = 64
 #: ``{tag: (tag_id, its metadata or None where refused, malformed records)}``
 StoredTags = dict[str, tuple[int, TagInfo | None, int]]
 
@@ -64,7 +60,9 @@ StoredTags = dict[str, tuple[int, TagInfo | None, int]]
 class NumericsStore:
     """Every numerics record of the runs under ``logdir`` (a path, a URL, or a ``Logdir``
     of a ``--logdir_spec``), kept up to date from the files (``cache_dir``: the local folder
-    of the database, ``database.database_path``)."""
+    of the database, ``database.database_path``). With ``reader_process`` the files are
+    read and decoded in a process of its own (``reader_process``: for a server whose
+    Python code is busy with other work), else in the calling threads."""
 
     def __init__(
         self,
@@ -72,13 +70,17 @@ class NumericsStore:
         cache_dir: str | os.PathLike | None = None,
         *,
         refresh_secs: float = REFRESH_SECS,
+        reader_process: bool = False,
     ):
         self._logdir = logdir if isinstance(logdir, Logdir) else Logdir.of(logdir)
         self.logdir = self._logdir.root
         self._database = Database(self._logdir.key, cache_dir)
         self.path = self._database.path
         run_ids = RunIds(self._database)
-        self._updates = Updates(self._database, run_ids, self._logdir, refresh_secs)
+        self._reader_process = ReaderProcess() if reader_process else None
+        self._updates = Updates(
+            self._database, run_ids, self._logdir, refresh_secs, self._reader_process
+        )
         self._reader = Reader(self._database, run_ids, self._logdir)
         self._held = HeldColumns(self._reader)
         self._first_tags: dict[str, dict[str, tuple[bytes, int]]] = {}
@@ -87,30 +89,30 @@ class NumericsStore:
         """Close the store (after a background build has stopped at its next transaction);
         a temporary one is deleted."""
         self._updates.close()
+        if self._reader_process is not None:
+            self._reader_process.close()
         self._database.close()
 
     def build_in_background(self) -> None:
         """Start reading every run (``updates.Updates.build_in_background``), after the
         ``first_tags`` of those never read (so that the tab's first listing finds them)."""
 
-        def first_tags_of(run: str) -> None:
-            if self._updates.closing():
-                return
-            try:
-                self.first_tags(run)
-            except OSError as error:  # listed when asked for, or its failure said then
-                logger.warning("tandv_tb: could not list the tags of run %r: %s", run, error)
-
         def first_tags(runs: list[str]) -> None:
             read = self.runs_read()
             unread = [run for run in runs if run not in read]
-            if self._logdir.local:
-                for run in unread:
-                    first_tags_of(run)
-                return
-            with ThreadPoolExecutor(FIRST_TAGS_REQUESTS) as requests:  # a request each
-                list(requests.map(first_tags_of, unread))
+            for at in range(0, len(unread), FIRST_TAGS_AT_ONCE):
+                if self._updates.closing():
+                    return
+                some = unread[at : at + FIRST_TAGS_AT_ONCE]
+                for run, found in zip(some, self._first_tags_of(some)):
+                    if isinstance(found, OSError):  # listed when asked for, or said then
+                        text = "tandv_tb: could not list the tags of run %r: %s"
+                        logger.warning(text, run, found)
+                    else:
+                        self._keep_first_tags(run, found)
 
+        if self._reader_process is not None:
+            self._reader_process.start()
         self._updates.build_in_background(first_tags)
 
     # -- runs and keeping up with their files -------------------------------------------------
@@ -178,31 +180,27 @@ class NumericsStore:
         }
 
     def first_tags(self, run: str) -> dict[str, tuple[bytes, int]]:
-        """What listing a run's tags needs (as ``tag_listing``), read from the first
-        ``FIRST_TAGS_BYTES`` (and at least the first whole event after the file's version)
-        of its first event file (a tag's metadata is in its first
-        record): a sweep's runs are listed at once, before the store has read them (the
-        steps are those of that first piece). Kept per run; none for a run without files."""
+        """What listing a run's tags needs (as ``tag_listing``), from the first piece of its
+        first event file (``logdir.RunFiles.first_tags``): a sweep's runs are listed at
+        once, before the store has read them. Kept per run; none for a run without files."""
         found = self._first_tags.get(run)
         if found is None:
-            files = self._logdir.files(run)
-            names = list(files.sizes())
-            found = {}
-            if names:
-                table = TagTable()
-                chunk = files.chunk(names[0], 0, table, FIRST_TAGS_BYTES)
-                if not len(chunk) and chunk.end > 0:  # the version only: the next event whole
-                    chunk = files.chunk(names[0], chunk.end, table, FIRST_TAGS_BYTES)
-                last = np.zeros(len(table), dtype=np.int64)
-                np.maximum.at(last, chunk.tags, chunk.steps)
-                found = {
-                    name: (content, int(step))
-                    for name, content, step in zip(table.names, table.contents, last.tolist())
-                }
-            if len(self._first_tags) > 10_000:  # runs come and go over a server's life
-                self._first_tags.clear()
-            self._first_tags[run] = found
+            (found,) = self._first_tags_of([run])
+            if isinstance(found, OSError):
+                raise found
+            self._keep_first_tags(run, found)
         return found
+
+    def _first_tags_of(self, runs: list[str]) -> list[dict[str, tuple[bytes, int]] | OSError]:
+        files = [self._logdir.files(run) for run in runs]
+        if self._reader_process is not None:
+            return self._reader_process.first_tags(files)
+        return first_tags_of(files)
+
+    def _keep_first_tags(self, run: str, found: dict[str, tuple[bytes, int]]) -> None:
+        if len(self._first_tags) > 10_000:  # runs come and go over a server's life
+            self._first_tags.clear()
+        self._first_tags[run] = found
 
     # -- records, the watch and scalars, as the findings read them -----------------------------
     def rows(

@@ -21,7 +21,7 @@ import duckdb
 from tandv_tb.disk.locations import StorageError
 from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.store.database import Database
-from tandv_tb.store.ingest import stored_tags, update_run
+from tandv_tb.store.ingest import Reading, stored_tags, update_run
 from tandv_tb.store.logdir import Logdir
 from tandv_tb.store.run_ids import RunIds
 
@@ -31,8 +31,16 @@ logger = logging.getLogger(__name__)
 class Updates:
     """Reads what is new in a logdir's runs into its store."""
 
-    def __init__(self, database: Database, run_ids: RunIds, logdir: Logdir, refresh_secs: float):
+    def __init__(
+        self,
+        database: Database,
+        run_ids: RunIds,
+        logdir: Logdir,
+        refresh_secs: float,
+        reading: Reading | None = None,
+    ):
         self._database = database
+        self._reading = reading
         self._run_ids = run_ids
         self._logdir = logdir
         self._refresh_secs = refresh_secs
@@ -159,7 +167,9 @@ class Updates:
         if run not in self.tables:
             self.tables[run] = stored_tags(cursor, run_id)
         files = self._logdir.files(run)
-        changed, finished = update_run(cursor, files, run_id, self.tables[run], pause)
+        changed, finished = update_run(
+            cursor, files, run_id, self.tables[run], pause, self._reading
+        )
         if changed or run not in self.versions:
             self.versions[run] = self.versions.get(run, 0) + 1
         return finished

@@ -41,11 +41,13 @@ def _everything(db: NumericsStore, run: str) -> dict:
     }
 
 
-def test_a_run_uploaded_to_s3_is_read_as_from_disk(s3, tmp_path):
+@pytest.mark.parametrize("reader_process", [False, True])
+def test_a_run_uploaded_to_s3_is_read_as_from_disk(s3, tmp_path, reader_process):
+    """Read in the store's threads, and in its reader process (as under TensorBoard)."""
     write_run(tmp_path / "local" / "deep" / "r", range(12))
-    url = s3.bucket("uploaded") + "/runs"
+    url = s3.bucket(f"uploaded{int(reader_process)}") + "/runs"
     s3.upload(tmp_path / "local", url)
-    remote = NumericsStore(url, tmp_path / "c1", refresh_secs=0)
+    remote = NumericsStore(url, tmp_path / "c1", refresh_secs=0, reader_process=reader_process)
     local = NumericsStore(str(tmp_path / "local"), tmp_path / "c2", refresh_secs=0)
     try:
         assert remote.runs() == local.runs() == ["deep/r"]
@@ -141,6 +143,21 @@ def test_a_logdir_spec_names_runs_as_tensorboard_does(tmp_path):
         assert not db.has_run("x/.") and not db.has_run("y/../a/r1")
     finally:
         db.close()
+
+
+def test_the_reader_process_tells_an_unreachable_server_as_the_store_does(s3, tmp_path):
+    """A run's first tags are listed by the reader process (as under TensorBoard): its
+    failure comes back as the same ``StorageError``, message and kind."""
+    dead = {"AWS_ENDPOINT_URL": unreachable_endpoint(), "S3_ENDPOINT": ""}
+    with environment(dead):  # the reader process is started with it
+        db = NumericsStore(s3.bucket("far") + "/runs", tmp_path / "c", reader_process=True)
+        try:
+            with pytest.raises(StorageError, match="cannot read s3://far/runs: the st") as found:
+                db.first_tags("r")
+            assert found.value.kind == "unreachable"
+            assert db._reader_process._process is not None  # told by the process
+        finally:
+            db.close()
 
 
 def test_a_missing_bucket_and_an_unreachable_server_are_named(s3, tmp_path):

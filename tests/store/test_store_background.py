@@ -42,6 +42,7 @@ def test_the_plugin_builds_every_run_at_start_without_a_request(tmp_path):
     )
     plugin = NumericsPlugin(context)  # what TensorBoard does at its start
     db = plugin._store
+    assert db._reader_process is not None  # TensorBoard's Python loader runs in this process
     try:
         _wait(lambda: db.has_read("a") and db.has_read("deep/b"), "both runs to be read")
         assert stored_steps(db, "a", "tandv/Activation/layers.2") == list(range(40))
@@ -93,12 +94,12 @@ def test_a_request_is_served_while_another_run_is_built(tmp_path, monkeypatch):
     real_update = ingest.update_run
     started = []
 
-    def slow_update(cursor, files, run_id, table, pause=None):
+    def slow_update(cursor, files, run_id, table, pause=None, reading=None):
         """The background build of run "a" first waits for the request below."""
         if pause is not None and files.run == "a" and not started:
             started.append(files.run)
             _wait(pause, "the request to ask for the lock")
-        return real_update(cursor, files, run_id, table, pause)
+        return real_update(cursor, files, run_id, table, pause, reading)
 
     monkeypatch.setattr("tandv_tb.store.updates.update_run", slow_update)
     try:
