@@ -31,11 +31,16 @@ import torch
 #: recorded (``track`` says so), and training is never stopped.
 HOOKS_IN_GRAPH = torch.__version__ >= "2.13"
 
+#: Whether a tracker may reuse what it computed for a tensor a graph handed over earlier in
+#: the step, the same object at the same version: it may not. Inductor reuses a buffer no
+#: later code reads for a later value, written in place by its own kernels, which leave the
+#: tensor's version counter as it was (``out = fc2(h) + bias`` handed over after ``fc2(h)``
+#: arrives as the same tensor object; tests/trackers/torch/test_torch_compile.py).
+REUSABLE = False
+
 #: What a tracker does with a tensor handed over by the graph:
-#: ``receiver(name, tensor_type, module_type, tensor, finite)``, ``finite`` the graph's own
-#: answer whether every value of ``tensor`` is finite (a 0-d bool tensor), or None where the
-#: graph was traced without the watch.
-Receiver = Callable[[str, str, str, torch.Tensor, torch.Tensor | None], None]
+#: ``receiver(name, tensor_type, module_type, tensor)``.
+Receiver = Callable[[str, str, str, torch.Tensor], None]
 
 _receivers: dict[int, Receiver] = {}
 _keys = itertools.count(1)
@@ -54,44 +59,20 @@ def unregister(key: int) -> None:
 
 
 @torch.library.custom_op("tandv_tb::observe", mutates_args=())
-def observe(
-    tensor: torch.Tensor,
-    finite: torch.Tensor | None,
-    key: int,
-    name: str,
-    tensor_type: str,
-    module_type: str,
-) -> None:
+def observe(tensor: torch.Tensor, key: int, name: str, tensor_type: str, module_type: str) -> None:
     """Hand ``tensor`` to the tracker registered under ``key`` (nothing once it is gone)."""
     receiver = _receivers.get(key)
     if receiver is not None:
-        receiver(name, tensor_type, module_type, tensor, finite)
+        receiver(name, tensor_type, module_type, tensor)
 
 
 @observe.register_fake
-def _observe_fake(tensor, finite, key, name, tensor_type, module_type) -> None:
+def _observe_fake(tensor, key, name, tensor_type, module_type) -> None:
     return None
 
 
 # An ordered effect: kept although it returns nothing, and run in program order.
 observe.register_effect(torch.library.EffectType.ORDERED)
-
-
-def hand_over(
-    tensor: torch.Tensor, watching: bool, key: int, name: str, tensor_type: str, module_type: str
-) -> None:
-    """Inside a traced graph: call ``observe`` on ``tensor``, with the watch's answer
-    computed by the graph where ``watching``.
-
-    The graph computes it (``isfinite(...).all()``), so inductor fuses the read into the
-    kernel that makes the tensor where it can, runs it on the intra-op threads, and the
-    operator on an untracked step reads one bool instead of the tensor
-    (bench/RESULTS.md)."""
-    finite = None
-    if watching and tensor.is_floating_point():
-        values = tensor if tensor.dtype.itemsize > 1 else tensor.float()  # float8: few kernels
-        finite = torch.isfinite(values).all()
-    observe(tensor, finite, key, name, tensor_type, module_type)
 
 
 class _HandGradientOver(torch.autograd.Function):
@@ -107,24 +88,24 @@ class _HandGradientOver(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, tensor, watching, key, name, tensor_type, module_type):
-        ctx.handed = (watching, key, name, tensor_type, module_type)
+    def forward(ctx, tensor, key, name, tensor_type, module_type):
+        ctx.handed = (key, name, tensor_type, module_type)
         ctx.set_materialize_grads(False)  # an output no loss depends on gets no gradient
         return tensor.detach()
 
     @staticmethod
     def backward(ctx, grad):
         if grad is not None:
-            hand_over(grad, *ctx.handed)
-        return grad, None, None, None, None, None
+            observe(grad, *ctx.handed)
+        return grad, None, None, None, None
 
 
 def with_gradient_observed(
-    tensor: torch.Tensor, watching: bool, key: int, name: str, tensor_type: str, module_type: str
+    tensor: torch.Tensor, key: int, name: str, tensor_type: str, module_type: str
 ) -> torch.Tensor:
     """``tensor`` as the code after a module should use it, so that its gradient is handed
-    over (``hand_over``) as ``tensor_type`` when the backward reaches it."""
-    return _HandGradientOver.apply(tensor, watching, key, name, tensor_type, module_type)
+    over as ``tensor_type`` when the backward reaches it."""
+    return _HandGradientOver.apply(tensor, key, name, tensor_type, module_type)
 
 
 def constant_in_graph(function: Callable) -> Callable:

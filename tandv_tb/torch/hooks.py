@@ -102,7 +102,7 @@ class HookHandles:
     def _observe(self, name: str, tensor_type: str, module_type: str, tensor) -> None:
         """Inside a traced graph: hand ``tensor`` to the tracker, and its gradient (over all
         its uses) when the backward reaches it, through a gradient hook."""
-        self._hand_over(tensor, name, tensor_type, module_type)
+        graph_op.observe(tensor, self.receiver_key, name, tensor_type, module_type)
         if self._gradients and tensor.requires_grad:
             gradient_type = "Gradient" if tensor_type == "Activation" else "Input_Gradient"
             observe = functools.partial(self._observe_gradient, name, gradient_type, module_type)
@@ -112,13 +112,7 @@ class HookHandles:
         self, name: str, tensor_type: str, module_type: str, grad: torch.Tensor | None
     ) -> None:
         if grad is not None:  # an output no loss depends on
-            self._hand_over(grad, name, tensor_type, module_type)
-
-    def _hand_over(self, tensor: torch.Tensor, name: str, tensor_type: str, module_type: str):
-        """Inside a traced graph: ``graph_op.hand_over``, the graph checking NaN/Inf where
-        the tracker has the watch."""
-        watching = self._watch is not None
-        graph_op.hand_over(tensor, watching, self.receiver_key, name, tensor_type, module_type)
+            graph_op.observe(grad, self.receiver_key, name, tensor_type, module_type)
 
     def end_step(self) -> None:
         """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
@@ -194,11 +188,11 @@ class ModuleHooks(HookHandles):
             leaf = names[leaf]
             if not self._selected_traced(leaf):
                 return tensor
-            self._hand_over(tensor, leaf, "Activation", module_type)
+            graph_op.observe(tensor, self.receiver_key, leaf, "Activation", module_type)
             if not (self._gradients and tensor.requires_grad):
                 return tensor
             return graph_op.with_gradient_observed(
-                tensor, self._watch is not None, self.receiver_key, leaf, "Gradient", module_type
+                tensor, self.receiver_key, leaf, "Gradient", module_type
             )
 
         return naming.map_output_tensors(output, name, observed)

@@ -57,12 +57,14 @@ class Recorder:
         order: int,
         tensor: torch.Tensor,
         combined: bool = True,
+        reuse: bool = True,
     ) -> None:
         """Add ``tensor``'s statistics to ``(name, tensor_type)``'s entry of this step.
 
         ``combined`` says whether ranks' statistics of it add up (each rank holds another
         part: a data-parallel batch, a shard) rather than being the same on every rank; a
-        DTensor tells for itself.
+        DTensor tells for itself. ``reuse=False`` computes them afresh although the same
+        tensor, at the same version, was recorded before (``graph_op.REUSABLE``).
         """
         if DTensor is not None and isinstance(tensor, DTensor):
             if any(placement.is_partial() for placement in tensor.placements):
@@ -75,7 +77,10 @@ class Recorder:
         reason = untrackable_reason(tensor)
         if reason is None:
             try:
-                pending = self._computed.get(tensor, self._compute)
+                if reuse:
+                    pending = self._computed.get(tensor, self._compute)
+                else:
+                    pending = self._compute(tensor)
             except Exception as error:  # tracking never stops training
                 reason = f"{type(error).__name__}: {error}"
         if reason is not None:

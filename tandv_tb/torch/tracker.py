@@ -23,7 +23,7 @@ from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.skips import UntrackableTensorWarning
-from tandv_tb.torch.watch import Watch, across_ranks, found_finite
+from tandv_tb.torch.watch import Watch, across_ranks
 from tandv_tb.tracker_base import TrackerBase
 from tandv_tb.tracking import Patterns, SkipLog
 from tandv_tb.writer import RecordItem
@@ -143,17 +143,9 @@ class Tracker(TrackerBase):
             self._inputs.emitting = in_graph
         self._attachments.set_active(emitting)
 
-    def _receive(
-        self,
-        name: str,
-        tensor_type: str,
-        module_type: str,
-        tensor: torch.Tensor,
-        finite: torch.Tensor | None,
-    ) -> None:
+    def _receive(self, name: str, tensor_type: str, module_type: str, tensor: torch.Tensor) -> None:
         """A tensor a compiled graph hands over (``graph_op``), taken as the eager hooks
-        take it: recorded on a tracked step, checked by the watch on another (read only
-        where the graph found NaN/Inf in it, or did not look)."""
+        take it: recorded on a tracked step, checked by the watch on another."""
         self._ran_compiled = True
         try:
             is_input = tensor_type in ("Input", "Input_Gradient")
@@ -164,9 +156,11 @@ class Tracker(TrackerBase):
                 if tensor_type == "Activation" and not self._track_activations:
                     return  # only placed in the order, for its gradient
             if self._active:
-                self._recorder.record(name, tensor_type, module_type, order, tensor)
-            elif self._watch is not None and not found_finite(finite):
-                self._watch.check(name, tensor_type, tensor)
+                self._recorder.record(
+                    name, tensor_type, module_type, order, tensor, reuse=graph_op.REUSABLE
+                )
+            elif self._watch is not None:
+                self._watch.check(name, tensor_type, tensor, reuse=graph_op.REUSABLE)
         except Exception as error:  # tracking never stops training
             self._recorder.skip(name, tensor_type, f"{type(error).__name__}: {error}")
 

@@ -106,15 +106,6 @@ def _sum_is_finite(tensor: torch.Tensor) -> bool:
     return math.isfinite(tensor.sum(dtype=wide).item())
 
 
-def found_finite(finite: torch.Tensor | None) -> bool:
-    """Whether a compiled graph's answer (``graph_op.hand_over``: every value finite, a 0-d
-    bool tensor, or None where it did not look) clears its tensor without reading it.
-
-    On another device reading it would wait for the device, so there the tensor is
-    counted on its device instead, as eagerly; a DTensor's answer (a collective) likewise."""
-    return finite is not None and _on_host(finite) and type(finite) is torch.Tensor and bool(finite)
-
-
 class _Blocks:
     """CPU tensors dense in memory, read by their bit patterns in one call per format."""
 
@@ -148,13 +139,21 @@ class Watch:
         self._found: list[tuple[str, str, tuple[int, ...] | torch.Tensor]] = []
         self._checked: TensorMemo[Counts] = TensorMemo()  # a tensor's counts, or None
 
-    def check(self, name: str, tensor_type: str, tensor: torch.Tensor, combined: bool = True):
+    def check(
+        self,
+        name: str,
+        tensor_type: str,
+        tensor: torch.Tensor,
+        combined: bool = True,
+        reuse: bool = True,
+    ):
         """Note ``tensor`` (a module's output or input, or a gradient w.r.t. one) if it holds
         NaN/Inf, read now; a tensor seen before in this step, unchanged, is not read again
-        (never raises: tracking never stops training)."""
+        unless ``reuse=False`` (``graph_op.REUSABLE``) (never raises: tracking never stops
+        training)."""
         try:
             read = functools.partial(self._read_one, combined=combined)
-            counts = self._checked.get(tensor, read)
+            counts = self._checked.get(tensor, read) if reuse else read(tensor)
         except Exception:  # an exotic tensor: the watch passes it over
             return
         if counts is not None:

@@ -348,10 +348,9 @@ class Spiked(Poisoned):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_graphs_own_check_finds_what_the_eager_watch_finds(tmp_path, dtype):
-    """The compiled graph checks each tensor it hands over for NaN/Inf itself, and the
-    tracker counts only the ones it flags: the entries of a step poisoned with +Inf (NaN,
-    +Inf and -Inf downstream) equal the eager watch's."""
+def test_the_compiled_watch_finds_what_the_eager_watch_finds(tmp_path, dtype):
+    """The watch inside the compiled graph counts what the eager watch counts: the
+    entries of a step poisoned with +Inf (NaN, +Inf and -Inf downstream) are equal."""
     found = {}
     for mode in ("eager", "compiled"):
         torch.compiler.reset()
@@ -376,6 +375,28 @@ def test_the_graphs_own_check_finds_what_the_eager_watch_finds(tmp_path, dtype):
     # The root's output is the last module's output too: eagerly both gradient hooks sit
     # on one tensor, compiled the root's sits after the graph, so it is seen first.
     assert collections.Counter(compiled.entries) == collections.Counter(eager.entries)
+
+
+def test_a_buffer_inductor_rewrites_in_place_is_recorded_afresh(tmp_path):
+    """Inductor writes ``fc2(h) + poison`` into ``fc2(h)``'s buffer, whose tensor object
+    and version counter stay the same: the model's output is still recorded as itself,
+    not as the statistics of ``fc2``'s output taken before."""
+    records = {}
+    for mode in ("eager", "compiled"):
+        torch.compiler.reset()
+        torch.manual_seed(0)
+        model = Spiked()
+        model.poison.fill_(5.0)
+        run = torch.compile(model) if mode == "compiled" else model
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+        with track(run, logdir=str(tmp_path / mode), optimizer=optimizer) as tracker:
+            run(torch.randn(4, 6, generator=torch.Generator().manual_seed(0))).sum().backward()
+            optimizer.step()
+            tracker.step()
+        records[mode] = read_records(str(tmp_path / mode))
+    for name in ("fc2", "Spiked"):
+        got = records["compiled"][name, "Activation", 0].record
+        assert_same(got, records["eager"][name, "Activation", 0].record, rtol=1e-5)
 
 
 # -- weight gradients at the optimizer's step ---------------------------------------------
