@@ -33,7 +33,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from tandv_tb.block_formats import MX_SCALE_MAX, MX_SCALE_MIN
 from tandv_tb.stats import _lanes
@@ -127,11 +127,10 @@ def _mx_block(typingctx, values, start, lanes, finite, inverse, unit, element, e
     return pair(values, start, lanes, finite, inverse, unit, element, errors), codegen
 
 
-def _per_block(builder, vector, blocks):
-    """``<blocks x float>`` widened to ``<16 * blocks x float>``, each block's value in its
-    16 lanes."""
-    lanes = [b for b in range(blocks) for _ in range(16)]
-    mask = ir.Constant(_lanes.vector_of(_I32, len(lanes)), lanes)
+def _per_block(builder, vector, order):
+    """``<blocks x float>`` widened to a lane per value, each block's value in the lanes of
+    its 16 values (lane p holds value ``order[p]``, ``_lanes.load_float32``)."""
+    mask = ir.Constant(_lanes.vector_of(_I32, len(order)), [i // 16 for i in order])
     return builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined), mask)
 
 
@@ -160,7 +159,7 @@ def _nvfp4_blocks(
 
     def codegen(context, builder, signature, args):
         floats, doubles = _lanes.vector_of(_F32, count), _lanes.vector_of(_F64, count)
-        x = _lanes.load(context, builder, signature.args[0], args[0], args[1], count)
+        x, order = _lanes.load_float32(context, builder, signature.args[0], args[0], args[1], count)
         if signed:
             a = x
         else:
@@ -169,7 +168,7 @@ def _nvfp4_blocks(
             _per_block(
                 builder,
                 _lanes.load(context, builder, signature.args[k], args[k], args[7], n_blocks),
-                n_blocks,
+                order,
             )
             for k in (5, 6)
         )
@@ -194,11 +193,22 @@ def _nvfp4_blocks(
     return pair(*arguments), codegen
 
 
+def _float32_at(values, i):
+    """``values[i]`` as a float32, bfloat16 given as its uint16 bit pattern."""
+
+
+@overload(_float32_at, inline="always")
+def _float32_at_overload(values, i):
+    if values.dtype == types.uint16:
+        return lambda values, i: float32_of(np.int64(values[i]) << 16)
+    return lambda values, i: values[i]
+
+
 @numba.njit(nogil=True, inline="always")
 def _pad(values, start, length, pad):
-    """A short block copied to the front of ``pad``, zeros after it."""
+    """A short block copied to the front of ``pad`` as float32, zeros after it."""
     for i in range(length):
-        pad[i] = values[start + i]
+        pad[i] = _float32_at(values, start + i)
     for i in range(length, len(pad)):
         pad[i] = 0.0
 
@@ -327,13 +337,16 @@ def _nvfp4_of(values, starts, nb, finite, patterns, blocks, tensor_scale, row, p
         else:
             # One block, whole or short (padded with zeros), in the saturating form.
             row[SCALES + exponents[k] - scale_lo] += patterns[k] != 0
-            if length < 16:
+            if length == 16:
+                u, o = _nvfp4_blocks(
+                    values, start, 1, finite, True, reciprocals, scales, k, tensor_scale, errors
+                )
+            else:
                 _pad(values, start, length, pad)
                 padding += 16 - length
-            source, first = (values, start) if length == 16 else (pad, 0)
-            u, o = _nvfp4_blocks(
-                source, first, 1, finite, True, reciprocals, scales, k, tensor_scale, errors
-            )
+                u, o = _nvfp4_blocks(
+                    pad, 0, 1, finite, True, reciprocals, scales, k, tensor_scale, errors
+                )
             k += 1
         under += u
         over += o
@@ -345,7 +358,9 @@ def _nvfp4_of(values, starts, nb, finite, patterns, blocks, tensor_scale, row, p
 def nvfp4_values(values, starts, nb, finite, patterns, blocks, tensor_scale, row, pad):
     """``mx_values`` for nvfp4 blocks, ``blocks`` being what ``_block_scales.nvfp4_scales``
     found (reciprocals, E4M3 scales, their exponents) and the lowest scale exponent; the
-    scales are counted in ``row`` on the way; the sum is of the raw errors' squares."""
+    scales are counted in ``row`` on the way; the sum is of the raw errors' squares.
+    ``values`` may also be bfloat16 given as uint16 bit patterns, widened as they are read
+    (``_lanes.load_float32``)."""
     if finite:
         return _nvfp4_of(values, starts, nb, True, patterns, blocks, tensor_scale, row, pad)
     return _nvfp4_of(values, starts, nb, False, patterns, blocks, tensor_scale, row, pad)

@@ -611,7 +611,8 @@ def _summarise_float64(values, hist_lo, n_bins, thresholds, table, offset, row_l
 def _summarise_bfloat16(patterns, hist_lo, n_bins, thresholds, table, offset, row_length, amax):
     """``_summarise`` of a bfloat16 array given as its uint16 bit patterns: each block is
     widened into a float32 buffer that stays in the cache (a bfloat16 is the top half of
-    the float32 of the same value), so no float32 copy of the array is made."""
+    the float32 of the same value), so no float32 copy of the array is made. nvfp4's
+    second sweep reads the patterns in place (``_cpu_blocks.add_chunk``)."""
     first = scaling = _scaling(table, offset, row_length, amax)
     aligned = table.shape[0] == 0 or row_length % _SCALE_BLOCK == 0
     deferred = scaling[4] == _cpu_blocks.BUT_NVFP4
@@ -636,11 +637,11 @@ def _summarise_bfloat16(patterns, hist_lo, n_bins, thresholds, table, offset, ro
         starts = _chunk_starts(n, first[1], row_length, aligned)
         for block in range(len(starts) - 2, -1, -1):
             lo, hi = starts[block], starts[block + 1]
-            m = _widen(patterns, lo, hi, keys_bits)
             scaling = (table, (first[1] + lo) % row_length, row_length, scaling[3], scaling[4])
             _deferred_block(
-                values[:m], bits[:m], block, _FLOAT32_SIGN_MASK, _FLOAT32_INF, scaling, sums
-            )
+                patterns[lo:hi], bits[: hi - lo], block, _FLOAT32_SIGN_MASK, _FLOAT32_INF,
+                scaling, sums,
+            )  # fmt: skip
     return _finish(n, _FLOAT32_INF, 23, 127, hist_lo, n_bins, table, sums)
 
 

@@ -16,6 +16,8 @@ callers' comments say it is.
 
 from __future__ import annotations
 
+import sys
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -52,6 +54,30 @@ def load(context, builder, array_type, array, start, lanes: int) -> ir.Value:
     vector = vector_of(context.get_value_type(array_type.dtype), lanes)
     pointer = builder.bitcast(builder.gep(data, [start]), vector.as_pointer())
     return builder.load(pointer, align=array_type.dtype.bitwidth // 8)
+
+
+def load_float32(context, builder, array_type, array, start, lanes: int) -> tuple:
+    """(vector, order): ``array[start:start + lanes]`` as float32 lanes, lane p holding the
+    value ``order[p]`` of the slice. float32 values load in order. bfloat16, given as its
+    uint16 bit patterns (the top half of the float32 of the same value), loads as 32-bit
+    pairs: the pairs' high halves, their low halves masked off, are the float32s of one
+    value of each pair, their low halves shifted up those of the other. That is one
+    integer operation a value in the registers (zero-extending and shifting each value
+    takes two), and no widened copy is written to memory and read again."""
+    if array_type.dtype != types.uint16:
+        return load(context, builder, array_type, array, start, lanes), list(range(lanes))
+    data = context.make_array(array_type)(context, builder, array).data
+    pairs = vector_of(_I32, lanes // 2)
+    words = builder.load(builder.bitcast(builder.gep(data, [start]), pairs.as_pointer()), align=2)
+    low = builder.shl(words, constant(pairs, 16))
+    high = builder.and_(words, constant(pairs, -(1 << 16)))
+    both = builder.shuffle_vector(
+        low, high, ir.Constant(vector_of(_I32, lanes), list(range(lanes)))
+    )
+    low_first = sys.byteorder == "little"  # the pair's first value in its low half
+    order = [2 * p + (not low_first) for p in range(lanes // 2)]
+    order += [2 * p + low_first for p in range(lanes // 2)]
+    return builder.bitcast(both, vector_of(ir.FloatType(), lanes)), order
 
 
 def larger(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:

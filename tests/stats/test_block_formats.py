@@ -229,22 +229,25 @@ def test_random_values(source, dtype, seed):
     )
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("row_length", [4096, 45, 100_003])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_cpu_kernel_blocks_across_its_chunks_and_threads(threads, row_length):
+def test_cpu_kernel_blocks_across_its_chunks_and_threads(threads, row_length, dtype):
     """Long rows cut into several of the kernel's chunks, short rows grouped into one, and
-    threads that split the array: blocks are never cut."""
+    threads that split the array: blocks are never cut. (bfloat16's second sweep reads its
+    patterns in place, its own path.)"""
     rng = np.random.default_rng(row_length)
     n = 140_000 // row_length * row_length or row_length
-    values = (rng.standard_normal(n) * 2.0 ** rng.integers(-10, 10, n)).astype(np.float32)
-    values = values.reshape(-1, row_length)
+    values = rng.standard_normal(n) * 2.0 ** rng.integers(-10, 10, n)
+    values = fmt.cast_array(values, fmt.numpy_dtype(dtype)).reshape(-1, row_length)
     formats = ("mxfp4_e2m1", "nvfp4", "mxfp8_e4m3:rceil")
     stats = engine.compute(values, formats, threads=threads).ready
     assert_blocks_match(stats, values, rtol=1e-12, formats=formats)
 
 
-def test_cpu_kernel_in_flush_to_zero_mode_counts_subnormals():
-    values = crafted_rows("float32")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cpu_kernel_in_flush_to_zero_mode_counts_subnormals(dtype):
+    values = crafted_rows(dtype)
     torch.set_flush_denormal(True)
     try:
         stats = engine.tensor_stats(values, FORMATS)
