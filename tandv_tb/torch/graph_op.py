@@ -31,13 +31,6 @@ import torch
 #: recorded (``track`` says so), and training is never stopped.
 HOOKS_IN_GRAPH = torch.__version__ >= "2.13"
 
-#: Whether a tracker may reuse what it computed for a tensor a graph handed over earlier in
-#: the step, the same object at the same version: it may not. Inductor reuses a buffer no
-#: later code reads for a later value, written in place by its own kernels, which leave the
-#: tensor's version counter as it was (``out = fc2(h) + bias`` handed over after ``fc2(h)``
-#: arrives as the same tensor object; tests/trackers/torch/test_torch_compile.py).
-REUSABLE = False
-
 #: What a tracker does with a tensor handed over by the graph:
 #: ``receiver(name, tensor_type, module_type, tensor)``.
 Receiver = Callable[[str, str, str, torch.Tensor], None]

@@ -64,7 +64,8 @@ class Recorder:
         ``combined`` says whether ranks' statistics of it add up (each rank holds another
         part: a data-parallel batch, a shard) rather than being the same on every rank; a
         DTensor tells for itself. ``reuse=False`` computes them afresh although the same
-        tensor, at the same version, was recorded before (``graph_op.REUSABLE``).
+        tensor, at the same version, was recorded before (a tensor a compiled graph hands
+        over: ``Tracker._receive`` says why).
         """
         if DTensor is not None and isinstance(tensor, DTensor):
             if any(placement.is_partial() for placement in tensor.placements):

@@ -145,7 +145,12 @@ class Tracker(TrackerBase):
 
     def _receive(self, name: str, tensor_type: str, module_type: str, tensor: torch.Tensor) -> None:
         """A tensor a compiled graph hands over (``graph_op``), taken as the eager hooks
-        take it: recorded on a tracked step, checked by the watch on another."""
+        take it: recorded on a tracked step, checked by the watch on another.
+
+        Never from the step's memo (``reuse=False``): inductor writes a later value into a
+        buffer nothing reads any more, with its own kernels, so the tensor object and its
+        version counter stay the same (``out = fc2(h) + bias`` arrives as the tensor of
+        ``fc2(h)`` handed over before; tests/trackers/torch/test_torch_compile.py)."""
         self._ran_compiled = True
         try:
             is_input = tensor_type in ("Input", "Input_Gradient")
@@ -156,11 +161,9 @@ class Tracker(TrackerBase):
                 if tensor_type == "Activation" and not self._track_activations:
                     return  # only placed in the order, for its gradient
             if self._active:
-                self._recorder.record(
-                    name, tensor_type, module_type, order, tensor, reuse=graph_op.REUSABLE
-                )
+                self._recorder.record(name, tensor_type, module_type, order, tensor, reuse=False)
             elif self._watch is not None:
-                self._watch.check(name, tensor_type, tensor, reuse=graph_op.REUSABLE)
+                self._watch.check(name, tensor_type, tensor, reuse=False)
         except Exception as error:  # tracking never stops training
             self._recorder.skip(name, tensor_type, f"{type(error).__name__}: {error}")
 

@@ -148,9 +148,9 @@ class Watch:
         reuse: bool = True,
     ):
         """Note ``tensor`` (a module's output or input, or a gradient w.r.t. one) if it holds
-        NaN/Inf, read now; a tensor seen before in this step, unchanged, is not read again
-        unless ``reuse=False`` (``graph_op.REUSABLE``) (never raises: tracking never stops
-        training)."""
+        NaN/Inf, read now; a tensor seen before in this step, unchanged, is not read again,
+        unless ``reuse=False`` (a tensor a compiled graph hands over: ``Tracker._receive``
+        says why). Never raises: tracking never stops training."""
         try:
             read = functools.partial(self._read_one, combined=combined)
             counts = self._checked.get(tensor, read) if reuse else read(tensor)
