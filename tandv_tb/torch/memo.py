@@ -25,7 +25,14 @@ class TensorMemo(Generic[Value]):
         # id(tensor) -> (a weak reference to it, its version, the value)
         self._seen: dict[int, tuple[weakref.ref, int, Value]] = {}
 
-    def get(self, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Value]) -> Value:
+    def get(
+        self, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Value], reuse: bool = True
+    ) -> Value:
+        """``compute(tensor)``, or what it gave for this tensor at this version before;
+        ``reuse=False`` computes afresh and keeps nothing (a tensor a compiled graph hands
+        over, whose buffer inductor may rewrite unseen: ``Tracker._receive``)."""
+        if not reuse:
+            return compute(tensor)
         seen = self._seen.get(id(tensor))
         if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
             return seen[2]

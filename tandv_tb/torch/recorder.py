@@ -78,10 +78,7 @@ class Recorder:
         reason = untrackable_reason(tensor)
         if reason is None:
             try:
-                if reuse:
-                    pending = self._computed.get(tensor, self._compute)
-                else:
-                    pending = self._compute(tensor)
+                pending = self._computed.get(tensor, self._compute, reuse)
             except Exception as error:  # tracking never stops training
                 reason = f"{type(error).__name__}: {error}"
         if reason is not None:

@@ -153,7 +153,7 @@ class Watch:
         says why). Never raises: tracking never stops training."""
         try:
             read = functools.partial(self._read_one, combined=combined)
-            counts = self._checked.get(tensor, read) if reuse else read(tensor)
+            counts = self._checked.get(tensor, read, reuse)
         except Exception:  # an exotic tensor: the watch passes it over
             return
         if counts is not None:
