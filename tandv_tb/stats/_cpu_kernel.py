@@ -6,9 +6,9 @@ sign-and-exponent keys (four unrolled int32 tables); (2) a branch-free scan of t
 patterns for the extremes (and, only in blocks that the histogram shows to hold zeros,
 subnormals, NaN or Inf, their counts); (3) per format, two branch-free threshold counts
 that give the values that cast to 0 or to Inf/NaN; (4) the block's power sums, scaled by a
-power of two at its own maximum and shifted by one of its values (so the second moment
-about the mean stays exact for LayerNorm-like data); (5) for block-scaled formats, their
-blocks (``_cpu_blocks``). Blocks merge into running sums (Chan et al. for the second
+power of two at its maximum, in parts each shifted by one of its values (so the second
+moment about the mean stays exact for LayerNorm-like data); (5) for block-scaled formats,
+their blocks (``_cpu_blocks``). Blocks merge into running sums (Chan et al. for the second
 moment). With block-scaled formats the array's blocks begin and end on their blocks'
 boundaries along the rows (``_chunk_end``), and one first pass finds the largest finite
 magnitude (nvfp4's per-tensor scale). Subnormals are read through their bit patterns, so a CPU in
@@ -47,12 +47,19 @@ from tandv_tb.stats.tensor_stats import TensorStats
 _CORES = max(1, min(8, os.cpu_count() or 1))
 _MIN_PART = 1 << 16
 
-#: Values per block: 64 KiB of float32, read from memory once and then scanned a few times
-#: from the L1/L2 caches (measured: 16,384 values 8% faster than 4,096).
-_BLOCK = 16384
+#: Values per block: 256 KiB of float32, read from memory once and then scanned a few
+#: times from the L2 cache. Each block has a fixed cost (the calls that pass the running
+#: sums on), which larger blocks spread: measured, 16,384 values 8% faster than 4,096, and
+#: 65,536 faster again by 0.02-0.03 ns a value without formats and 0.05-0.08 ns with nvfp4,
+#: whose second sweep pays that cost again (bench/RESULTS.md, 2026-11-26).
+_BLOCK = 65536
+#: Values per part of a block whose moments are summed apart, each shifted by its own first
+#: value: the rounding of those sums grows with their length (a part of 65,536 values led
+#: by an outlier gave the std to 1.2e-9 instead of better than 1e-9).
+_MOMENTS_PART = 16384
 #: Blocks between two flushes of the int32 key counts into int64 totals (far fewer than
 #: 2**31 values reach one counter in between; a flush adds 4 x 512 or 4 x 4,096 counters).
-_FLUSH_BLOCKS = 1024
+_FLUSH_BLOCKS = 256
 #: Scale exponent of running sums that have seen no non-zero value yet.
 _NO_SCALE = -1100
 #: float32 and float64 bit patterns: |x| mask, Inf.
@@ -396,10 +403,21 @@ def _add_block(
             deferred[block] = (
                 largest, subnormals, zeros + non_finite, np.int64(non_finite == 0), at + kept
             )  # fmt: skip
-    if finite:
-        _add_block_moments(
-            values, bits, subnormals, sign_mask, block_extremes[0], finite, mant_bits, bias, running
-        )
+    if not finite:
+        return
+    for lo in range(0, len(values), _MOMENTS_PART):
+        hi = min(lo + _MOMENTS_PART, len(values))
+        if finite == len(values) and not subnormals:  # all normal: the common case
+            part_finite, part_subnormals = hi - lo, 0
+        else:
+            min_normal = bits.dtype.type(1 << mant_bits)
+            part_counts = _scan(bits[lo:hi], sign_mask, inf_bits, min_normal)[1]
+            part_finite, part_subnormals = part_counts[0], part_counts[5]
+        if part_finite:
+            _add_block_moments(
+                values[lo:hi], bits[lo:hi], part_subnormals, sign_mask, block_extremes[0],
+                part_finite, mant_bits, bias, running,
+            )  # fmt: skip
 
 
 @numba.njit(cache=True, nogil=True)
