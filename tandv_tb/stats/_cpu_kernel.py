@@ -409,7 +409,7 @@ def _add_block(
         hi = min(lo + _MOMENTS_PART, len(values))
         if finite == len(values) and not subnormals:  # all normal: the common case
             part_finite, part_subnormals = hi - lo, 0
-        else:
+        else:  # NaN, Inf or subnormals in the block (rare): the part's own counts
             min_normal = bits.dtype.type(1 << mant_bits)
             part_counts = _scan(bits[lo:hi], sign_mask, inf_bits, min_normal)[1]
             part_finite, part_subnormals = part_counts[0], part_counts[5]
