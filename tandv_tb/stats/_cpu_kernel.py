@@ -134,6 +134,26 @@ def _scan(bits, sign_mask, inf_bits, min_normal):
 
 
 @numba.njit(cache=True, nogil=True)
+def _scan_parts(bits, sign_mask, inf_bits, min_normal, parts):
+    """``_scan`` of a block, taken in its moments parts (``_MOMENTS_PART`` values), each
+    part's finite values and subnormals put in ``parts``; the block's extremes and counts."""
+    zero = bits.dtype.type(0)
+    largest, smallest, smallest_nonzero = zero, inf_bits, inf_bits
+    totals = np.zeros(6, np.int64)
+    for part in range(len(parts)):
+        lo = part * _MOMENTS_PART
+        extremes, counts = _scan(bits[lo : lo + _MOMENTS_PART], sign_mask, inf_bits, min_normal)
+        largest = max(largest, extremes[0])
+        smallest = min(smallest, extremes[1])
+        smallest_nonzero = min(smallest_nonzero, extremes[2])
+        for k in range(6):
+            totals[k] += counts[k]
+        parts[part] = (counts[0], counts[5])
+    counts = (totals[0], totals[1], totals[2], totals[3], totals[4], totals[5])
+    return (largest, smallest, smallest_nonzero), counts
+
+
+@numba.njit(cache=True, nogil=True)
 def _bit_length(value):
     """Number of bits of a positive integer: a subnormal with mantissa m has exponent
     ``bit_length(m) - bias - mantissa_bits``."""
@@ -373,9 +393,11 @@ def _add_block(
         block_largest, block_smallest = _extremes(bits, sign_mask)
         block_extremes = (block_largest, block_smallest, block_smallest)
         block_counts = (len(bits), 0, 0, 0, 0, 0)
+        parts = np.empty((0, 2), np.int64)  # every moments part all finite and normal
     else:
         min_normal = bits.dtype.type(1 << mant_bits)
-        block_extremes, block_counts = _scan(bits, sign_mask, inf_bits, min_normal)
+        parts = np.empty(((len(bits) + _MOMENTS_PART - 1) // _MOMENTS_PART, 2), np.int64)
+        block_extremes, block_counts = _scan_parts(bits, sign_mask, inf_bits, min_normal, parts)
     extremes[0] = max(extremes[0], np.int64(block_extremes[0]))
     extremes[1] = min(extremes[1], np.int64(block_extremes[1]))
     extremes[2] = min(extremes[2], np.int64(block_extremes[2]))
@@ -405,14 +427,12 @@ def _add_block(
             )  # fmt: skip
     if not finite:
         return
-    for lo in range(0, len(values), _MOMENTS_PART):
+    for part, lo in enumerate(range(0, len(values), _MOMENTS_PART)):
         hi = min(lo + _MOMENTS_PART, len(values))
-        if finite == len(values) and not subnormals:  # all normal: the common case
+        if len(parts):  # NaN, Inf or subnormals in the block: the part's own counts
+            part_finite, part_subnormals = parts[part, 0], parts[part, 1]
+        else:
             part_finite, part_subnormals = hi - lo, 0
-        else:  # NaN, Inf or subnormals in the block (rare): the part's own counts
-            min_normal = bits.dtype.type(1 << mant_bits)
-            part_counts = _scan(bits[lo:hi], sign_mask, inf_bits, min_normal)[1]
-            part_finite, part_subnormals = part_counts[0], part_counts[5]
         if part_finite:
             _add_block_moments(
                 values[lo:hi], bits[lo:hi], part_subnormals, sign_mask, block_extremes[0],
