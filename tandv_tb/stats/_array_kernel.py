@@ -63,7 +63,15 @@ class TorchOps:
         return ints.to(like.dtype)
 
     def bincount(self, keys, length):
-        return self.t.bincount(keys, minlength=length)
+        """Counts of ``keys`` (integers in [0, length)), without a host sync:
+        ``torch.bincount`` on CUDA reads the keys' extremes back to size its output. A
+        histogram of the keys as float64 (exact counts up to 2**53), or, where torch must
+        run deterministically (which refuses ``histc`` on CUDA), a 1-D ``scatter_add_``."""
+        t = self.t
+        if t.are_deterministic_algorithms_enabled():
+            counts = t.zeros(length, dtype=t.int64, device=keys.device)
+            return counts.scatter_add_(0, keys.long(), t.ones_like(keys, dtype=t.int64))
+        return t.histc(keys.double(), bins=length, min=0, max=length).long()
 
     def clip(self, x, low, high):
         return self.t.clamp(x, low, high)
@@ -79,7 +87,7 @@ class TorchOps:
             if kind == "sum":
                 out.append(x.sum(dtype=self.t.int64 if x.dtype == self.t.bool else None))
             elif x.numel() == 0:
-                out.append(self.t.as_tensor(init, dtype=x.dtype, device=x.device))
+                out.append(self.t.full((), init, dtype=x.dtype, device=x.device))
             else:
                 out.append(x.amax() if kind == "max" else x.amin())
         return out
@@ -97,7 +105,9 @@ class TorchOps:
         return self.t.stack([p.to(self.t.float64) for p in self._on_device(parts)])
 
     def scalar_like(self, value, like):
-        return self.t.tensor(value, dtype=like.dtype, device=like.device)
+        """A 0-d tensor on ``like``'s device, filled there (``torch.tensor`` would copy it
+        from the host, a sync on CUDA)."""
+        return self.t.full((), value, dtype=like.dtype, device=like.device)
 
     def blocks(self, x, rows, size):
         """``x`` (flat) as ``rows`` rows cut into blocks of ``size`` (the last one padded
@@ -118,7 +128,7 @@ class TorchOps:
         """a / b, correctly rounded: on CUDA a tensor divided by a number is multiplied by
         its reciprocal (rounded twice), a tensor divided by a tensor is not."""
         if not isinstance(b, self.t.Tensor):
-            b = self.t.as_tensor(b, dtype=a.dtype, device=a.device)
+            b = self.scalar_like(b, a)
         return a / b
 
     def to_dtype(self, x, name):

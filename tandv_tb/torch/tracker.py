@@ -186,15 +186,16 @@ class Tracker(TrackerBase):
             self._selected, weights=self._track_weights, optimizer_state=self._track_optimizer
         )
 
-    def _watch_parameters(self, tensors) -> None:
+    def _watch_parameters(self, tensors, unchanged: bool = False) -> None:
         self._watch.check_all(
             ((p.name, tensor_type, tensor) for p, tensor_type, tensor in tensors),
             combined=self._parameters.combined,
+            unchanged=unchanged,
         )
 
     def _watched_step(self) -> bool:
         """End an untracked step with the watch; whether it found NaN/Inf."""
-        self._watch_parameters(self._parameter_tensors())
+        self._watch_parameters(self._parameter_tensors(), unchanged=True)  # read right away
         found = self._watch.drain()
         if self._combiner is not None:
             found = across_ranks(found, self._combiner.group, self._combiner.device)

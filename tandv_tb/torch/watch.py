@@ -20,7 +20,11 @@ lies, without a host sync per tensor:
   parallel numba kernel pays: both compete with torch's own threads for the cores
   (bench/RESULTS.md).
 - a tensor on another device by its NaN, +Inf and -Inf counts, computed there and kept
-  there until ``step()``, which reads all of them in one transfer per device.
+  there until ``step()``, which reads all of them in one transfer per device. The
+  weights and optimizer state read at ``step()``, unchanged until the watch's counts are
+  read, are checked there by one sum each (one operation, not ten: on a GPU a step's
+  hundreds of small operations cost more than their arithmetic) and counted only where
+  the sum is not finite.
 
 On a tracked step the counts come from the step's statistics, at no extra cost
 (``tandv_tb.disk.nonfinite_record.entries_from_stats``). In a combined distributed run the ranks
@@ -56,13 +60,28 @@ _PATTERN_FORMATS = {
     torch.bfloat16: "bfloat16",
 }
 
+
+class _Summed:
+    """A tensor on a device checked by its sum, kept there until the step's counts are
+    read; counted then, where the sum is not finite (the tensor must stay unchanged)."""
+
+    __slots__ = ("tensor", "total")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.total = _wide_sum(tensor)
+
+
 #: What the watch found in one tensor: its NaN, +Inf and -Inf counts (on its device, or
-#: read), or None where it holds no NaN/Inf.
-Counts = tuple[int, ...] | torch.Tensor | None
+#: read), its sum still to read (``_Summed``), or None where it holds no NaN/Inf.
+Counts = tuple[int, ...] | torch.Tensor | _Summed | None
 
 
 def _counts(tensor: torch.Tensor) -> torch.Tensor:
-    """NaN, +Inf and -Inf counts of ``tensor``, on its device."""
+    """NaN, +Inf and -Inf counts of ``tensor``, on its device (float8 as float32: few
+    kernels take it)."""
+    if tensor.dtype.itemsize == 1:
+        tensor = tensor.float()
     return torch.stack((tensor.isnan().sum(), tensor.isposinf().sum(), tensor.isneginf().sum()))
 
 
@@ -98,12 +117,18 @@ def _block_format(tensor: torch.Tensor) -> str | None:
     return None
 
 
+def _wide_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of a tensor, NaN or Inf whenever a value is one (a finite sum that
+    overflows is told from them by counting); 16-bit floats are summed in float32
+    (float16's own sum overflows at 65,504), float8 as float32 (few kernels take it)."""
+    if tensor.dtype.itemsize == 1:
+        return tensor.float().sum()
+    return tensor.sum(dtype=torch.float32 if tensor.dtype.itemsize < 4 else None)
+
+
 def _sum_is_finite(tensor: torch.Tensor) -> bool:
-    """Whether the sum of a CPU tensor is finite: NaN and Inf reach any sum of them, and
-    a finite sum that overflows is told from them by counting (float16 and bfloat16 are
-    summed in float32: float16's own sum overflows at 65,504)."""
-    wide = torch.float32 if tensor.dtype.itemsize < 4 else None
-    return math.isfinite(tensor.sum(dtype=wide).item())
+    """Whether the sum of a CPU tensor is finite."""
+    return math.isfinite(_wide_sum(tensor).item())
 
 
 class _Blocks:
@@ -160,13 +185,17 @@ class Watch:
             self._found.append((name, tensor_type, counts))
 
     def check_all(
-        self, tensors: Iterable[tuple[str, str, torch.Tensor]], combined: bool = True
+        self,
+        tensors: Iterable[tuple[str, str, torch.Tensor]],
+        combined: bool = True,
+        unchanged: bool = False,
     ) -> None:
         """Note each of ``tensors`` (name, tensor type, tensor: the weights, weight
         gradients and optimizer state at ``step()``) that holds NaN/Inf, in their order,
-        the CPU ones read in one call (never raises)."""
+        the CPU ones read in one call (never raises). ``unchanged``: the tensors stay as
+        they are until ``drain`` (those on a device are then checked by their sums)."""
         named = list(tensors)
-        found = self._read([tensor for _, _, tensor in named], combined)
+        found = self._read([tensor for _, _, tensor in named], combined, unchanged)
         for (name, tensor_type, _), counts in zip(named, found):
             if counts is not None:
                 self._found.append((name, tensor_type, counts))
@@ -182,7 +211,7 @@ class Watch:
             return _read_counts(local)
         return None
 
-    def _read(self, tensors: list[torch.Tensor], combined: bool) -> list[Counts]:
+    def _read(self, tensors: list[torch.Tensor], combined: bool, unchanged: bool) -> list[Counts]:
         """What each of ``tensors`` holds (None also for a tensor passed over), the blocks
         of each format read in one call."""
         found: list[Counts] = [None] * len(tensors)
@@ -193,10 +222,12 @@ class Watch:
                 if local is None:
                     continue
                 format_name = _block_format(local)
-                if format_name is None:
-                    found[slot] = self._counts(local.detach())
-                else:
+                if format_name is not None:
                     blocks.add(slot, local, format_name)
+                elif unchanged and not _on_host(local):
+                    found[slot] = _Summed(local.detach())
+                else:
+                    found[slot] = self._counts(local.detach())
             except Exception:  # an exotic tensor: the watch passes it over
                 continue
         try:
@@ -222,8 +253,6 @@ class Watch:
     def _counts(tensor: torch.Tensor) -> Counts:
         """Counts on the device; on the CPU (a large tensor, one not dense in memory, or
         float8) counts where its sum is not finite, else None."""
-        if tensor.dtype.itemsize == 1:  # float8: few kernels take it
-            tensor = tensor.float()
         if not _on_host(tensor):
             return _counts(tensor)
         if _sum_is_finite(tensor):
@@ -231,18 +260,33 @@ class Watch:
         return _read_counts(tensor)
 
     def drain(self) -> list[NonfiniteEntry]:
-        """The step's entries (one transfer per device); the watch is empty afterwards."""
+        """The step's entries (one transfer per device, and one more per tensor whose
+        sum is not finite); the watch is empty afterwards."""
         found, self._found = self._found, []
         self._checked.clear()
         on_device: dict[torch.device, list[int]] = {}
         for i, (_, _, counts) in enumerate(found):
-            if isinstance(counts, torch.Tensor):
-                on_device.setdefault(counts.device, []).append(i)
-        host: dict[int, list[int]] = {}
+            if isinstance(counts, _Summed | torch.Tensor):
+                on_device.setdefault(_on_device(counts).device, []).append(i)
+        host: dict[int, tuple[int, ...]] = {}
         for indices in on_device.values():
-            rows = torch.stack([found[i][2] for i in indices]).tolist()
-            host.update(zip(indices, rows))
+            parts = [_on_device(found[i][2]).reshape(-1).double() for i in indices]
+            values = iter(torch.cat(parts).tolist())
+            for i, part in zip(indices, parts):
+                read = [next(values) for _ in range(part.numel())]
+                counts = found[i][2]
+                if not isinstance(counts, _Summed):
+                    host[i] = tuple(int(v) for v in read)
+                elif not math.isfinite(read[0]):
+                    host[i] = _read_counts(counts.tensor)
+                else:
+                    host[i] = (0, 0, 0)
         return merge((n, t, host.get(i, c)) for i, (n, t, c) in enumerate(found))
+
+
+def _on_device(counts: torch.Tensor | _Summed) -> torch.Tensor:
+    """What a tensor's entry keeps on its device: its counts, or its sum."""
+    return counts.total if isinstance(counts, _Summed) else counts
 
 
 def across_ranks(

@@ -329,3 +329,18 @@ def test_jit_with_x64_gives_float64_statistics(tmp_path):
         [sys.executable, "-c", _X64_CHECK], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_device_kernel_counts_the_same_where_torch_must_be_deterministic(dtype):
+    """The torch array kernel counts its keys by ``histc``, which torch refuses on CUDA in
+    deterministic mode; there it scatters instead, to the same counts."""
+    values, ref = _random(dtype)
+    formats = (*FORMATS, "mxfp4_e2m1", "nvfp4")
+    torch.use_deterministic_algorithms(True)
+    try:
+        stats = stats_from("torch-device-kernel", values, formats)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert_matches(stats, values, FORMATS, 1e-4, ref)
+    assert stats.to_record() == stats_from("torch-device-kernel", values, formats).to_record()

@@ -115,6 +115,81 @@ def test_counts_kept_on_the_device_give_the_same_record(tmp_path, monkeypatch):
     assert on_host[0].step == 7
 
 
+class WithUnused(nn.Module):
+    """Two linear layers, and a third never run (its weights stay as set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second, self.unused = nn.Linear(6, 6), nn.Linear(6, 1), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+
+def test_weights_checked_on_the_device_by_their_sums_give_the_same_record(tmp_path, monkeypatch):
+    """At ``step()`` a device's weights and optimizer state are checked by their sums and
+    counted where a sum is not finite: the host's entries, and none for finite values
+    whose sum overflows (here taken by CPU tensors: no GPU on the test machines)."""
+
+    def run(logdir):
+        torch.manual_seed(0)
+        model = WithUnused()
+        with torch.no_grad():
+            model.unused.weight.fill_(3e38)  # finite, but their float32 sum is +inf
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        with track(model, logdir=str(logdir), optimizer=optimizer, every=5) as tracker:
+            for step in range(4):
+                loss = model(torch.randn(8, 6)).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                if step == 3:  # an untracked step
+                    with torch.no_grad():
+                        model.first.weight.view(-1)[:4] = torch.tensor([NAN, INF, -INF, NAN])
+                tracker.step()
+        return read_nonfinite(logdir)
+
+    on_host = run(tmp_path / "host")
+    monkeypatch.setattr(watch, "_on_host", lambda tensor: False)
+    assert run(tmp_path / "device") == on_host
+    assert [(s.step, s.entries) for s in on_host] == [
+        (3, (NonfiniteEntry("Weight", "first.weight", 2, 1, 1),))
+    ]
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e5m2, torch.float8_e4m3fn]
+)
+def test_the_sums_at_step_count_like_the_host_in_every_dtype(monkeypatch, dtype):
+    """``check_all`` of tensors that stay unchanged, on a device (by their sums) and on
+    the host: the same entries, for NaN/Inf and for finite values whose sum overflows."""
+    largest = torch.finfo(dtype).max
+    tensors = [
+        ("clean", torch.randn(300)),
+        ("large", torch.full((300,), largest)),  # float32, bfloat16: a sum past float32's max
+        ("bad", torch.tensor([1.0, NAN, INF, -INF, NAN, 2.0])),
+        ("strided", torch.tensor([[NAN, 1.0], [INF, 2.0]]).t()),
+    ]
+    named = [(name, "Weight", t.to(dtype)) for name, t in tensors]
+
+    def drained():
+        check = watch.Watch()
+        check.check_all(named, unchanged=True)
+        return check.drain()
+
+    on_host = drained()
+    monkeypatch.setattr(watch, "_on_host", lambda tensor: False)
+    assert drained() == on_host
+    want = {}
+    for name, _, tensor in named:
+        values = tensor.float().numpy()
+        counts = tuple(int(f(values).sum()) for f in (np.isnan, np.isposinf, np.isneginf))
+        if any(counts):
+            want[name] = counts
+    assert {e.name: (e.nan, e.posinf, e.neginf) for e in on_host} == want
+    assert set(want) == {"bad", "strided"}
+
+
 def test_counts_equal_numpy_on_tracked_and_untracked_steps(tmp_path):
     bad = [INF, INF, -INF, NAN, 1.0, -INF, INF]
     poison = Poison({2: bad, 4: bad})  # every=2: step 4 tracked, step 2 tracked, 3 not
