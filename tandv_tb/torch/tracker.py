@@ -392,12 +392,12 @@ def track(
     The non-finite watch (``watch_nonfinite=True``) checks every step, tracked or not, for
     NaN/Inf in the tensors tracked steps record (one ``sum`` per CPU tensor; on another
     device, counts, or sums for what ``step()`` reads, kept there and read once at
-    ``step()``). At a step where some hold
-    NaN/Inf it writes their names, tensor types and NaN, +Inf and -Inf counts in execution
-    order (outputs in forward order, gradients in backward order, then weight gradients,
-    weights and optimizer state), and the next step is tracked in full whatever ``every``
-    says (once per stretch of non-finite steps). Under ``torch.compile`` untracked steps
-    check only what ``step()`` reads.
+    ``step()``). At a step where some hold NaN/Inf it writes their names, tensor types
+    and NaN, +Inf and -Inf counts in execution order (outputs in forward order, gradients
+    in backward order, then weight gradients, weights and optimizer state), and the next
+    step is tracked in full whatever ``every`` says (once per stretch of non-finite
+    steps). Compiled by a torch older than 2.13, untracked steps check only what
+    ``step()`` reads (the graph hands nothing over).
 
     Distributed (``torch.distributed`` initialised, more than one rank): the statistics of
     each tensor are combined across ranks in one collective per tracked step, so

@@ -35,6 +35,7 @@ NaN/Inf are the entries exchanged.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -273,7 +274,7 @@ class Watch:
             parts = [_on_device(found[i][2]).reshape(-1).double() for i in indices]
             values = iter(torch.cat(parts).tolist())
             for i, part in zip(indices, parts):
-                read = [next(values) for _ in range(part.numel())]
+                read = list(itertools.islice(values, part.numel()))
                 counts = found[i][2]
                 if not isinstance(counts, _Summed):
                     host[i] = tuple(int(v) for v in read)
