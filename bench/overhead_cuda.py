@@ -28,8 +28,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -37,6 +35,7 @@ import torch
 sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 
 from tandv_tb.torch import track  # noqa: E402
+from tests.helpers.cuda_syncs import host_syncs  # noqa: E402
 from tests.helpers.torch_models import GPT, gpt_loss  # noqa: E402
 
 WORKLOADS = {
@@ -81,21 +80,6 @@ class Variant:
         self.train()
         if self.tracker is not None:
             self.tracker.step()
-
-
-def host_syncs(action: Callable[[], None]) -> int:
-    """Synchronizing CUDA calls made by ``action()`` (0 off CUDA)."""
-    if not torch.cuda.is_available():
-        action()
-        return 0
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            action()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum("called a synchronizing CUDA operation" in str(w.message) for w in caught)
 
 
 def synchronize(device: str) -> None:

@@ -8,7 +8,6 @@ checked against the reference by the ``torch-cuda`` source of ``tests/stats``.""
 from __future__ import annotations
 
 import os
-import warnings
 
 import pytest
 import torch
@@ -23,6 +22,7 @@ from tests.helpers.compiled_training import (
     tags,
     train_nanogpt,
 )
+from tests.helpers.cuda_syncs import host_syncs
 from tests.helpers.torch_models import ADAM_TYPES, read_records
 
 pytestmark = [
@@ -101,18 +101,6 @@ def test_the_records_on_cuda_carry_the_eager_tags_and_every_format(trained):
         assert tuple(stored.record.blocks) == FORMATS[1:]
 
 
-def _syncs(action) -> int:
-    """How many synchronizing CUDA calls ``action()`` makes (torch's sync debug mode)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            action()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum("called a synchronizing CUDA operation" in str(w.message) for w in caught)
-
-
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_a_tracked_step_on_cuda_syncs_once_at_step(tmp_path, deterministic):
     """Forward, backward and optimizer step make no more host syncs tracked than untracked
@@ -132,13 +120,13 @@ def test_a_tracked_step_on_cuda_syncs_once_at_step(tmp_path, deterministic):
     torch.use_deterministic_algorithms(deterministic)
     try:
         train()
-        plain = _syncs(train)
+        plain = host_syncs(train)
         for every in (1, 10**9):  # tracked steps; untracked steps with the watch
             with track(model, logdir=str(tmp_path / str(every)), optimizer=optimizer,
                        every=every, formats=FORMATS) as tracker:  # fmt: skip
                 train()
                 tracker.step()  # step 0 is tracked either way
-                counted = [(_syncs(train), _syncs(tracker.step)) for _ in range(2)]
+                counted = [(host_syncs(train), host_syncs(tracker.step)) for _ in range(2)]
             assert counted == [(plain, 1)] * 2, (every, plain, counted)
     finally:
         torch.use_deterministic_algorithms(False)
