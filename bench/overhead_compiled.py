@@ -14,7 +14,9 @@ and in the process's CPU time (all its threads), which a busy machine inflates l
 Variants: ``plain`` (compiled, untracked); ``every step`` (tracked every step, all tensor
 types); ``every=10`` (the mean over windows of 10 steps, one of them tracked, the watch
 on); ``untracked, watch`` and ``untracked, no watch`` (``every`` past the run, its tracked
-step 0 left out of the timing). Prints each variant's median step and its ratio to plain.
+step 0 left out of the timing). Prints each variant's median step and its ratio to plain,
+and the least any watch that reads every value once could cost: the ``untracked, watch``
+process sums, by torch over both threads, tensors of the sizes its step 0 recorded.
 
 Run: ``.venv/bin/python bench/overhead_compiled.py [--rounds R] [--steps N]``
 """
@@ -75,12 +77,34 @@ def worker(variant: str, steps: int) -> dict:
             cpu_times.append((time.process_time() - cpu) / window)
         if tracker is not None:
             tracker.close()
+        floor = _read_floor(logdir, steps) if variant == "untracked, watch" else []
     return {
         "times": times,
         "cpu_times": cpu_times,
+        "floor": floor,
         "breaks": sum(counters["graph_break"].values()),
         "recompiles": counters["stats"]["unique_graphs"] - graphs[1],
     }
+
+
+def _read_floor(logdir: str, repeats: int) -> list[float]:
+    """Seconds to read once every value a watched step checks: tensors of the sizes step 0
+    recorded (all tensor types), each summed by torch over its two threads, together more
+    than the caches hold. No watch that reads each value can cost less."""
+    import torch
+
+    from tandv_tb.frame import read_frame
+
+    frame = read_frame(logdir)
+    sizes = frame.loc[frame[("metadata", "step")] == 0, ("scalar_stats", "numel")]
+    tensors = [torch.randn(int(n)) for n in sizes]
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for tensor in tensors:
+            tensor.sum()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def main() -> None:
@@ -95,6 +119,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     cpu_times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     counts: dict[str, tuple[int, int]] = {}
+    floor: list[float] = []
     for round_ in range(args.rounds):
         shift = round_ % len(VARIANTS)
         for variant in VARIANTS[shift:] + VARIANTS[:shift]:
@@ -104,6 +129,7 @@ def main() -> None:
             times[variant] += result["times"]
             cpu_times[variant] += result["cpu_times"]
             counts[variant] = (result["breaks"], result["recompiles"])
+            floor += result["floor"]
     plain = statistics.median(times["plain"])
     plain_cpu = statistics.median(cpu_times["plain"])
     print(
@@ -118,6 +144,11 @@ def main() -> None:
             f"{variant:<22} {median * 1e3:>9.1f} ms {median / plain:>8.3f}x "
             f"{cpu / plain_cpu:>12.3f}x {breaks:>7} {recompiles:>11}"
         )
+    least = statistics.median(floor)
+    print(
+        f"reading every watched value once (torch sum, {least * 1e3:.1f} ms): "
+        f"{1 + least / plain:.3f}x, the least an untracked step with the watch can cost"
+    )
 
 
 if __name__ == "__main__":
