@@ -90,7 +90,9 @@ def worker(variant: str, steps: int) -> dict:
 def _read_floor(logdir: str, repeats: int) -> list[float]:
     """Seconds to read once every value a watched step checks: tensors of the sizes step 0
     recorded (all tensor types), each summed by torch over its two threads, together more
-    than the caches hold. No watch that reads each value can cost less."""
+    than the caches hold. No watch that reads each value can cost less. Not
+    ``overhead_torch.floor_hooks``' sums inside the step: hooks of its own would change the
+    compiled graph."""
     import torch
 
     from tandv_tb.frame import read_frame
