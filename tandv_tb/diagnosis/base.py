@@ -7,6 +7,7 @@ import dataclasses
 import math
 
 from tandv_tb.disk.record import STATISTICS
+from tandv_tb.formats import Format
 
 #: The columns of a finding, in the order of ``tandv_tb.findings``' DataFrame.
 COLUMNS = ("run", "step", "kind", "severity", "tensor_type", "name", "value", "message")
@@ -45,8 +46,8 @@ class Finding:
     message: str = ""
     #: The second run of a ``divergence``.
     other_run: str = ""
-    #: The recorded format of an ``overflow``, ``underflow`` or ``scale``.
-    format: str = ""
+    #: The recorded format of an ``overflow``, ``underflow`` or ``scale`` (a ``Format``).
+    format: Format | str = ""
     #: The metric that shows it, where the kind alone does not say: the statistic that
     #: jumped (``drift``), the metric compared (``divergence``).
     metric: str = ""
@@ -63,6 +64,12 @@ class Finding:
     def row(self) -> dict:
         """The public columns as a dict (JSON-ready except for a NaN ``value``)."""
         return {column: getattr(self, column) for column in COLUMNS}
+
+
+def scales_itself(format: Format | str) -> bool:
+    """Whether a finding's format (a ``Format``, or "" for none) picks its own scales: a
+    block-scaled one."""
+    return bool(format) and format.scales_itself
 
 
 def severity_rank(severity: str) -> int:

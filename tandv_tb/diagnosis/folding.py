@@ -23,12 +23,11 @@ import dataclasses
 import statistics
 from collections import Counter
 
-from tandv_tb import block_formats
-from tandv_tb.block_formats import FLOOR
-from tandv_tb.diagnosis.base import Thresholds, percent, severity_rank
+from tandv_tb.diagnosis.base import Thresholds, percent, scales_itself, severity_rank
 from tandv_tb.diagnosis.grouping import Group, and_join, group_order, underflow_sentence
 from tandv_tb.diagnosis.headline import expected_of_format
 from tandv_tb.diagnosis.run_numerics import RunNumerics
+from tandv_tb.formats import BlockFormat, Format
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +60,10 @@ def default_view(
     run one ``Fold`` of the folded groups of its element formats and one of its block
     formats (a lone group stays itself)."""
     shown: list[Group | Fold] = []
-    by_family: dict[tuple[str, bool], dict[str, list[Group]]] = {}
+    by_family: dict[tuple[str, bool], dict[Format, list[Group]]] = {}
     for g in groups:
         if folded(g):
-            family = (g.run, block_formats.is_block_format(g.format))
+            family = (g.run, scales_itself(g.format))
             by_family.setdefault(family, {}).setdefault(g.format, []).append(g)
         else:
             shown.append(g)
@@ -86,7 +85,7 @@ def _conditions(groups: list[Group]) -> list[Group]:
     return [g for g in groups if g.kind != "scale"]
 
 
-def _fold(by_format: dict[str, list[Group]], run: RunNumerics, thresholds: Thresholds) -> Fold:
+def _fold(by_format: dict[Format, list[Group]], run: RunNumerics, thresholds: Thresholds) -> Fold:
     """The ``Fold`` of a run's element formats: per format, its ``underflow`` groups (the
     one kind expected of an unscaled format) told with the ``scale`` groups remedying
     them."""
@@ -111,7 +110,7 @@ _BLOCK_KINDS = ("underflow", "overflow", "scale")
 
 
 def _block_fold(
-    by_format: dict[str, list[Group]], run: RunNumerics, thresholds: Thresholds
+    by_format: dict[Format, list[Group]], run: RunNumerics, thresholds: Thresholds
 ) -> Fold:
     """The ``Fold`` of a run's block-scaled formats: per format, its underflow, the values
     its scale rule saturates and its blocks whose scale clamps, each with the numbers of
@@ -127,7 +126,7 @@ def _block_fold(
 
 
 def _block_parts(
-    format_name: str, together: list[Group], run: RunNumerics, thresholds: Thresholds, lead: str
+    format: BlockFormat, together: list[Group], run: RunNumerics, thresholds: Thresholds, lead: str
 ) -> list[str]:
     """What one block format's groups say, in ``_BLOCK_KINDS`` order, ``lead`` first."""
     by_kind: dict[str, list] = {}
@@ -149,8 +148,8 @@ def _block_parts(
         verb = what.format(s="" if n > 1 else "s", ve="ve" if n > 1 else "s")
         median = percent(statistics.median(f.value for f in members))
         part = f"{n} tensor{'s' * (n > 1)} {verb} from step {members[0].step} (median {median}"
-        if kind == "overflow" and block_formats.block_format(format_name).rule == FLOOR:
-            part += f"; {format_name}{block_formats.RCEIL_SUFFIX} saturates none"
+        if kind == "overflow" and format.round_up:
+            part += f"; {format.round_up} saturates none"
         parts.append(part + ")")
     if "underflow" not in by_kind:
         parts[0] = f"{lead}: {parts[0]}"
@@ -158,7 +157,7 @@ def _block_parts(
 
 
 def _folded(
-    by_format: dict[str, list[Group]], run: RunNumerics, message: str, kinds: tuple[str, ...]
+    by_format: dict[Format, list[Group]], run: RunNumerics, message: str, kinds: tuple[str, ...]
 ) -> Fold:
     """The ``Fold`` of ``by_format``'s groups saying ``message``, with how many groups of
     each of ``kinds`` it holds."""
@@ -167,7 +166,7 @@ def _folded(
     count = " and ".join(f"{counts[k]} {k}" for k in kinds if k in counts)
     # what the fold is about: an element format's underflow (its scales remedy it), every
     # kind of a block format (its clamped scales are a condition of their own)
-    about = [g for g in together if g.kind != "scale" or block_formats.is_block_format(g.format)]
+    about = [g for g in together if g.kind != "scale" or scales_itself(g.format)]
     tensors = {(f.tensor_type, f.name) for g in about for f in g.findings}
     first = min(about, key=lambda g: g.step)
     kind = "underflow" if any(g.kind == "underflow" for g in about) else first.kind

@@ -27,13 +27,13 @@ import dataclasses
 import statistics
 from collections import Counter
 
-from tandv_tb import block_formats
 from tandv_tb.diagnosis.base import (
     GROUP_COLUMNS,
     Finding,
     Thresholds,
     metric_label,
     percent,
+    scales_itself,
     sort_key,
 )
 from tandv_tb.diagnosis.run_numerics import RunNumerics
@@ -98,7 +98,7 @@ def group(
     found: list[Finding], numerics: dict[str, RunNumerics], thresholds: Thresholds
 ) -> list[Group]:
     """The findings of ``found`` (one row per tensor) as groups, in ``group_order``."""
-    scaled = [f for f in found if not block_formats.is_block_format(f.format)]
+    scaled = [f for f in found if not scales_itself(f.format)]
     conditions = {  # what each tensor's scale remedies: its underflow, else its overflow
         _cast_of(f): f.kind
         for f in sorted(scaled, key=lambda f: f.kind == "underflow")  # written last: it wins
@@ -165,7 +165,7 @@ def _summary(members, remedy, remedies, run: RunNumerics, thresholds: Thresholds
         return f"{n} {kind} findings from step {first.step}; first: {first.message}"
     of = f"{n} of {_type_totals(run, first.format)[first.tensor_type]} {first.tensor_type} tensors"
     median = percent(statistics.median(f.value for f in members))
-    if block_formats.is_block_format(first.format) and kind in ("overflow", "scale"):
+    if scales_itself(first.format) and kind in ("overflow", "scale"):
         top = sorted(members, key=lambda f: -f.value)
         named = ", ".join(f"{f.name!r} {percent(f.value)}" for f in top[:_MOST_AFFECTED])
         more = f" and {n - _MOST_AFFECTED} more" if n > _MOST_AFFECTED else ""
@@ -272,9 +272,7 @@ def _scale_clause(remedies: list[Finding], *, single: bool) -> str:
 def _type_totals(run: RunNumerics, format_name: str) -> dict[str, int]:
     """How many tensors of each type the run has (recording ``format_name``, if given)."""
     return Counter(
-        info.tensor_type
-        for info in run.tensors
-        if not format_name or format_name in (*info.formats, *info.block_formats)
+        info.tensor_type for info in run.tensors if not format_name or format_name in info.recorded
     )
 
 

@@ -5,7 +5,7 @@ The first thing is the earliest error; without one, the earliest warning that is
 expected effect of a format. Gradients and optimizer state cast unscaled to float8 lose
 their small values to zero (``underflow``) in every healthy training: that is why
 scaling exists, and the run's grouped ``underflow`` row says it. A block-scaled format
-(``tandv_tb.block_formats``) is recorded to tell what it would do to the tensors of a
+(``tandv_tb.formats.blocks``) is recorded to tell what it would do to the tensors of a
 training that runs in another dtype: what it loses (a block's small values to zero, the
 values its scale rule saturates, blocks whose scale clamps) is told per run (``folding``),
 and none of it is the training's first problem. Measured on the demo's model, FP4
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tandv_tb import block_formats
-from tandv_tb.diagnosis.base import KINDS, Finding
+from tandv_tb.diagnosis.base import KINDS, Finding, scales_itself
 from tandv_tb.diagnosis.run_numerics import RunNumerics
+from tandv_tb.formats import Format
 
 #: Warnings that an unscaled low-precision format causes in a healthy training.
 EXPECTED_OF_UNSCALED = frozenset({"underflow"})
@@ -50,11 +50,11 @@ def expected_of_unscaled(kind: str, remedies: str = "") -> bool:
     return kind in EXPECTED_OF_UNSCALED or (kind == "scale" and remedies in EXPECTED_OF_UNSCALED)
 
 
-def expected_of_format(kind: str, format_name: str, remedies: str = "") -> bool:
-    """Whether a finding (or group) of ``kind`` in ``format_name`` is an expected effect
-    of that format: of an unscaled one (``expected_of_unscaled``), or anything of a
-    block-scaled one."""
-    return block_formats.is_block_format(format_name) or expected_of_unscaled(kind, remedies)
+def expected_of_format(kind: str, format: Format | str, remedies: str = "") -> bool:
+    """Whether a finding (or group) of ``kind`` in ``format`` is an expected effect of
+    that format: of an unscaled one (``expected_of_unscaled``), or anything of one that
+    scales itself (a block-scaled one: what it loses is what it would do)."""
+    return scales_itself(format) or expected_of_unscaled(kind, remedies)
 
 
 def is_problem(finding: Finding) -> bool:

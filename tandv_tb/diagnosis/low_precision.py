@@ -3,7 +3,7 @@ counts of the formats recorded at tracking time.
 
 Element formats (``float8_e4m3fn``...): an overflow is an error or a warning by its share;
 a ``scale`` (info) is the per-tensor power-of-two scale that would remedy a tensor's
-underflow or overflow. Block-scaled formats (``tandv_tb.block_formats``), read from the
+underflow or overflow. Block-scaled formats (``tandv_tb.formats.blocks``), read from the
 store's block counts: ``underflow`` alike; ``overflow`` is a value that saturates at its
 block's largest element value, a bounded loss (a warning at most; none under ``:rceil``,
 whose scale saturates nothing); and ``scale`` (a warning) is blocks whose scale clamps:
@@ -18,13 +18,12 @@ import dataclasses
 
 import numpy as np
 
-from tandv_tb import block_formats
 from tandv_tb import formats as fmt
-from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.diagnosis.base import Finding, Thresholds, percent
 from tandv_tb.diagnosis.run_numerics import RunNumerics, first_stretches
 from tandv_tb.disk import metadata
 from tandv_tb.disk.record_columns import DecodedRows, decode_rows, ragged_index
+from tandv_tb.formats.estimate import bin_weights
 from tandv_tb.store import NumericsStore
 
 
@@ -32,16 +31,12 @@ from tandv_tb.store import NumericsStore
 class FormatShares:
     """The exact cast counts of one recorded format, as shares, at the rows recording it."""
 
-    format: str
+    format: fmt.Format
     rows: np.ndarray  # row indices into the run's numerics
     under: np.ndarray  # underflow / finite non-zero values
     over: np.ndarray  # overflow / finite values
     #: A block format's blocks whose scale clamps / its non-empty blocks (low, high).
     clamped: tuple[np.ndarray, np.ndarray] | None = None
-
-    @property
-    def block(self) -> bool:
-        return self.clamped is not None
 
 
 def format_shares(db: NumericsStore, numerics: RunNumerics) -> list[FormatShares]:
@@ -50,13 +45,13 @@ def format_shares(db: NumericsStore, numerics: RunNumerics) -> list[FormatShares
     finite = numerics.finite()
     nonzero = finite - numerics.columns["zero_count"]
     found = []
-    for block in (False, True):
-        by_format: dict[str, dict[int, int]] = {}
+    for section in (fmt.CASTS, fmt.BLOCKS):
+        by_format: dict[fmt.Format, dict[int, int]] = {}
         for g, info in enumerate(numerics.tensors):
-            for index, name in enumerate(info.block_formats if block else info.formats):
+            for index, name in enumerate(info.in_section(section)):
                 by_format.setdefault(name, {})[int(numerics.tag_ids[g])] = index
         for name, tags in sorted(by_format.items()):
-            read = db.blocks(numerics.run, tags) if block else db.casts(numerics.run, tags)
+            read = db.per_format(numerics.run, name, tags)
             rows = numerics.row_of(read.tag_ids, read.steps)
             keep = rows >= 0
             rows, c = rows[keep], {k: v[keep] for k, v in read.columns.items()}
@@ -64,7 +59,7 @@ def format_shares(db: NumericsStore, numerics: RunNumerics) -> list[FormatShares
             with np.errstate(divide="ignore", invalid="ignore"):
                 under = np.nan_to_num(c["underflow"] / nonzero[rows])
                 over = np.nan_to_num(c["overflow"] / finite[rows])
-                if block:
+                if "total_blocks" in c:
                     filled = c["total_blocks"] - c["zero_blocks"]
                     clamped = tuple(
                         np.nan_to_num(c[side] / filled) for side in ("clamped_low", "clamped_high")
@@ -87,8 +82,8 @@ def overflow_findings(
             ("error", thresholds.overflow_error),
             ("warning", thresholds.overflow_warning),
         ):
-            if fs.block and severity == "error":
-                continue  # a saturated value keeps its block's largest element value
+            if fs.format.saturates and severity == "error":
+                continue  # a saturated value keeps its largest value (its block's)
             above = np.flatnonzero(fs.over > limit)
             _, at = np.unique(tensors[above], return_index=True)
             first[severity] = dict(zip(tensors[above[at]].tolist(), above[at].tolist()))
@@ -106,7 +101,7 @@ def _overflow(numerics, fs: FormatShares, tensors, g: int, i: int, severity: str
     last = int(np.searchsorted(tensors, g, side="right")) - 1
     then = f"({percent(fs.over[last])} at step {int(numerics.steps[fs.rows[last]])})"
     who = f"{info.tensor_type} {info.name!r}"
-    if fs.block:
+    if fs.format.saturates:
         message = (
             f"{fs.format} saturates from step {step}: {who} rounds {percent(fs.over[i])} of "
             f"its finite values down to their block's largest element value {then}"
@@ -171,8 +166,8 @@ def scale_findings(
     values lost (underflow + overflow), from the exponent histograms of up to
     ``scale_steps`` recorded steps from its first such step. Shifting a tensor by 2**k
     shifts its bins by k; the loss of each shift is estimated by the dashboards' rule
-    (``tandv_tb.cast_estimate``)."""
-    shares = [fs for fs in shares if not fs.block]  # a block format scales itself
+    (``tandv_tb.formats.estimate``)."""
+    shares = [fs for fs in shares if not fs.format.scales_itself]
     if not shares:
         return []
     wanted: dict[tuple[int, str], np.ndarray] = {}  # (tensor, format) -> rows
@@ -230,23 +225,21 @@ def clamp_findings(
     ``underflow_share`` of the tensor's non-empty blocks get a clamped scale at
     ``underflow_window`` consecutive recorded steps (``scale``, a warning).
 
-    nvfp4's scales clamp high only by float32 rounding: its per-tensor scale maps the
-    block holding the tensor's largest value to 448 exactly in real arithmetic, and float32
-    can put that one ulp over (torchao's clamp then takes 448 back). Nothing is lost, so
-    only its scales clamped low are findings."""
+    Where scales that clamp high lose nothing (``BlockFormat.high_clamps_lose``: nvfp4's
+    clamp high only by float32 rounding), only its scales clamped low are findings."""
     found = []
     for fs in shares:
-        if not fs.block:
+        if fs.clamped is None:
             continue
         low, high = fs.clamped
-        if block_formats.block_format(fs.format).rule == block_formats.NVFP4:
+        if not fs.format.high_clamps_lose:
             high = np.zeros_like(high)
         share = low + high
         tensors = numerics.tensor[fs.rows]
         starts, _ = first_stretches(
             share > thresholds.underflow_share, tensors, thresholds.underflow_window
         )
-        lowest, highest = block_formats.scale_exponents(fs.format)
+        lowest, highest = fs.format.scale_exponents
         for i in starts.tolist():
             g = int(tensors[i])
             info, step = numerics.tensors[g], int(numerics.steps[fs.rows[i]])

@@ -3,7 +3,7 @@
 TensorBoard keeps a tag's ``SummaryMetadata`` from the tag's *first* event only, so the
 metadata holds only what is fixed for the tag's life: the tensor's name and type, the
 module type, its order in the model, the element formats whose under/overflow is recorded
-and the block-scaled formats recorded (``tandv_tb.block_formats``).
+and the block-scaled formats recorded (``tandv_tb.formats``).
 It is stored as compact JSON in ``plugin_data.content``::
 
     {"version": 2, "name": "layers.0.attn.wq", "tensor_type": "Activation",
@@ -30,7 +30,7 @@ import re
 
 from tensorboard.compat.proto import summary_pb2
 
-from tandv_tb import block_formats as blocks
+from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat, Format, as_format
 
 PLUGIN_NAME = "tandv"
 #: The newest version this tandv_tb reads and writes (3: with block formats).
@@ -150,20 +150,46 @@ def tag_name(tensor_type: str, name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class TagInfo:
-    """What is fixed for a tag's life, as stored in its plugin metadata."""
+    """What is fixed for a tag's life, as stored in its plugin metadata. The formats
+    recorded are kept as a record keeps them, in two sections: ``formats`` (element
+    formats: casts) and ``block_formats``; given as names, they become format values
+    (``ValueError`` for an unknown name or one of the other section)."""
 
     name: str
     tensor_type: str
     module_type: str = ""
     order: int = 0
-    formats: tuple[str, ...] = ()
-    block_formats: tuple[str, ...] = ()
+    formats: tuple[ElementFormat, ...] = ()
+    block_formats: tuple[BlockFormat, ...] = ()
     #: The version it was read with (informational: a tag is the same at any version).
     version: int = dataclasses.field(default=PLUGIN_DATA_VERSION, compare=False)
+
+    def __post_init__(self) -> None:
+        for field, section in (("formats", CASTS), ("block_formats", BLOCKS)):
+            values = tuple(map(as_format, getattr(self, field)))
+            wrong = [f for f in values if f.section != section]
+            if wrong:
+                raise ValueError(f"{field} cannot hold {', '.join(wrong)}")
+            object.__setattr__(self, field, values)
 
     @property
     def tag(self) -> str:
         return tag_name(self.tensor_type, self.name)
+
+    @property
+    def recorded(self) -> tuple[Format, ...]:
+        """Every format the tag records: its element formats, then its block formats."""
+        return (*self.formats, *self.block_formats)
+
+    def in_section(self, section: str) -> tuple[Format, ...]:
+        """The formats of one section of the tag's records (``CASTS``: ``formats``;
+        ``BLOCKS``: ``block_formats``)."""
+        return self.block_formats if section == BLOCKS else self.formats
+
+    def position(self, format: Format) -> int | None:
+        """Where ``format`` lies in its section of the tag's records (None: not recorded)."""
+        listed = self.in_section(format.section)
+        return listed.index(format) if format in listed else None
 
     def to_metadata(self) -> summary_pb2.SummaryMetadata:
         return create_summary_metadata(
@@ -256,22 +282,19 @@ def parse_plugin_metadata(content: bytes) -> TagInfo:
     if not isinstance(formats, list) or not all(isinstance(f, str) for f in formats):
         raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad formats {formats!r}")
     block_formats = data.get("block_formats", []) if version >= 3 else []
-    if not isinstance(block_formats, list) or not all(
-        blocks.is_block_format(f) for f in block_formats
-    ):
+    if not isinstance(block_formats, list) or not all(isinstance(f, str) for f in block_formats):
         raise ValueError(
             f"malformed {PLUGIN_NAME} plugin metadata: bad block_formats {block_formats!r}"
         )
     try:
-        block_formats = [blocks.block_format(f).name for f in block_formats]
-    except ValueError as error:
+        return TagInfo(
+            name=data["name"],
+            tensor_type=data["tensor_type"],
+            module_type=data["module_type"],
+            order=data["order"],
+            formats=tuple(formats),
+            block_formats=tuple(block_formats),
+            version=version,
+        )
+    except (TypeError, ValueError) as error:
         raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: {error}") from None
-    return TagInfo(
-        name=data["name"],
-        tensor_type=data["tensor_type"],
-        module_type=data["module_type"],
-        order=data["order"],
-        formats=tuple(formats),
-        block_formats=tuple(block_formats),
-        version=version,
-    )

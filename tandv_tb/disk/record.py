@@ -3,7 +3,7 @@
 ``STATISTICS`` and ``COUNTS`` are the contract's scalar statistics and counts, in their
 stored order (``summary`` stores a record; the engine's ``TensorStats.to_record`` makes one).
 ``BlockCounts`` holds what is recorded for one block-scaled format
-(``tandv_tb.block_formats``).
+(``tandv_tb.formats.blocks``).
 """
 
 from __future__ import annotations
@@ -46,9 +46,20 @@ class TensorCounts:
         return self.numel - self.nan_count - self.posinf_count - self.neginf_count
 
 
+def snr_db(signal: np.ndarray | float, error: np.ndarray | float) -> np.ndarray:
+    """The quantization error of a block-scaled format as a signal-to-noise ratio in dB,
+    ``10 log10(signal / error)`` from the sums of squares of the values and of their errors
+    (``BlockCounts``): +Inf where nothing is lost, NaN where there is no signal (no finite
+    non-zero value). Element-wise over arrays."""
+    signal, error = np.asarray(signal, np.float64), np.asarray(error, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = 10.0 * np.log10(signal / error)
+    return np.where(signal > 0, ratio, np.nan)
+
+
 @dataclasses.dataclass
 class BlockCounts:
-    """What a tensor does in one block-scaled format (``tandv_tb.block_formats``): exact
+    """What a tensor does in one block-scaled format (``tandv_tb.formats.blocks``): exact
     counts, the blocks' scale exponents and the quantization error.
 
     ``scales[i]`` is the number of blocks holding a finite non-zero value whose scale
@@ -76,13 +87,8 @@ class BlockCounts:
 
     @property
     def snr_db(self) -> float:
-        """Signal-to-noise ratio in dB, ``10 log10(signal / error)``: Inf where nothing is
-        lost, NaN where there is no signal."""
-        if not self.signal > 0:
-            return math.nan
-        if self.error == 0:
-            return math.inf
-        return 10.0 * math.log10(self.signal / self.error)
+        """``snr_db`` of this tensor's values."""
+        return float(snr_db(self.signal, self.error))
 
     def merge(self, other: BlockCounts) -> BlockCounts:
         """The counts of both tensors together (sums at the larger ``exponent``)."""

@@ -33,6 +33,7 @@ from tandv_tb.disk.summary import (
     SCALE_OFFSET,
     stored_vector,
 )
+from tandv_tb.formats.blocks import MX_SCALE_MAX, MX_SCALE_MIN
 
 _FLOAT64_CODE = metadata.DTYPE_CODES.index("float64")
 _MIN_EXPONENT = np.array([fmt.info(d).min_exponent for d in metadata.DTYPE_CODES])
@@ -40,7 +41,7 @@ _MAX_EXPONENT = np.array([fmt.info(d).max_exponent for d in metadata.DTYPE_CODES
 #: Bounds of a block formats section: formats in one (every name with either scale rule),
 #: scale exponents (E8M0's), and the sums' unit exponent as stored (BINS_OFFSET + e).
 _MAX_BLOCK_FORMATS = 64
-_SCALE_MIN, _SCALE_MAX = -127, 127
+_SCALE_MIN, _SCALE_MAX = MX_SCALE_MIN, MX_SCALE_MAX
 _MAX_STORED_EXPONENT = 2 * BINS_OFFSET
 _FLOAT64_INF_BITS = 0x7FF0000000000000
 

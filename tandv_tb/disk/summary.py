@@ -51,12 +51,13 @@ from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 from tandv_tb.disk import small_loops
 from tandv_tb.disk.metadata import DTYPE_CODES, TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, BlockCounts, NumericsRecord
+from tandv_tb.formats.blocks import MX_SCALE_MIN
 
 BINS_OFFSET = 1100
 #: Values before the bins: dtype_code, the counts, bins_lo + BINS_OFFSET, n_bins.
 HEADER = len(COUNTS) + 3
-#: Keeps a block format's lowest scale exponent (at least -127) positive.
-SCALE_OFFSET = 128
+#: Keeps a block format's lowest scale exponent (at least E8M0's, -127) positive: 128.
+SCALE_OFFSET = 1 - MX_SCALE_MIN
 #: The counts at the start of a block format's entry, then scale_lo + SCALE_OFFSET and
 #: n_scales; after the scales, ``BLOCK_SUMS``.
 BLOCK_HEAD = ("underflow", "overflow", "zero_blocks", "clamped_low", "clamped_high")

@@ -1,4 +1,5 @@
-"""Block-scaled formats: OCP Microscaling (MX) v1.0 and NVIDIA's NVFP4.
+"""``BlockFormat``: the block-scaled formats, OCP Microscaling (MX) v1.0 and NVIDIA's
+NVFP4, and their constants (the one definition every kernel reads, ``kernel_tables``).
 
 A tensor is cut into blocks of consecutive values along its last dimension (32 for MX, 16
 for nvfp4; a row whose length is not a multiple of the block ends with a shorter block; a
@@ -30,23 +31,29 @@ value are counted apart (``zero_blocks``) and not as clamped.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
 import ml_dtypes
-import numpy as np
 
-#: The scale rules, as the kernels number them.
+from tandv_tb.formats.base import BLOCKS, CAST_METRICS, Format
+
+#: The scale rules, as the kernels number them (``kernel_tables.block_table``).
 FLOOR, RCEIL, NVFP4 = 0, 1, 2
 #: The suffix that selects NVIDIA's round-up scale rule for an MX format.
 RCEIL_SUFFIX = ":rceil"
+#: Values per block: MX's and nvfp4's; the array's blocks of a kernel begin on a multiple
+#: of the largest.
+MX_BLOCK, NVFP4_BLOCK = 32, 16
+LARGEST_BLOCK, SMALLEST_BLOCK = max(MX_BLOCK, NVFP4_BLOCK), min(MX_BLOCK, NVFP4_BLOCK)
 #: MX scale exponents lie in this range (E8M0).
 MX_SCALE_MIN, MX_SCALE_MAX = -127, 127
-#: nvfp4's block scales are clamped to [2**NVFP4_SCALE_MIN, NVFP4_SCALE_MAX].
-NVFP4_SCALE_MIN, NVFP4_SCALE_MAX = -6, 448.0
-#: nvfp4's per-tensor scale is amax / NVFP4_TENSOR_DIVISOR (E4M3's max times E2M1's).
-NVFP4_TENSOR_DIVISOR = 448.0 * 6.0
+
+_E4M3 = ml_dtypes.finfo(ml_dtypes.float8_e4m3fn)
+#: nvfp4's block scales are E4M3 values clamped to [2**NVFP4_SCALE_MIN, NVFP4_SCALE_MAX]
+#: (E4M3's normal range), with NVFP4_SCALE_MANTISSA_BITS explicit mantissa bits.
+NVFP4_SCALE_MIN, NVFP4_SCALE_MAX = int(_E4M3.minexp), float(_E4M3.max)
+NVFP4_SCALE_MANTISSA_BITS = int(_E4M3.nmant)
 
 _ELEMENTS = {
     "mxfp8_e4m3": "float8_e4m3fn",
@@ -58,10 +65,13 @@ _ELEMENTS = {
 }
 #: The block formats' base names, in the order the docs list them.
 NAMES = tuple(_ELEMENTS)
+#: The block formats as a message lists them.
+NAMES_TEXT = f"{', '.join(NAMES)}, or an MX one with {RCEIL_SUFFIX!r}"
+#: The scale rules as the routes name them.
+RULE_NAMES = {FLOOR: "ocp", RCEIL: "rceil", NVFP4: "nvfp4"}
 
 
-@dataclasses.dataclass(frozen=True)
-class BlockFormat:
+class BlockFormat(Format):
     """One block-scaled format: its element format and scale rule.
 
     ``emax``/``emin`` are the element's largest and smallest normal exponents,
@@ -69,7 +79,23 @@ class BlockFormat:
     ``max_mantissa * 2**(emax - mantissa_bits)``.
     """
 
-    name: str
+    section = BLOCKS
+    columns = (
+        "underflow",
+        "overflow",
+        "zero_blocks",
+        "clamped_low",
+        "clamped_high",
+        "total_blocks",
+        "exponent",
+        "signal",
+        "error",
+    )
+    metrics = (*CAST_METRICS, "snr_db", "clamped_block_fraction")
+    estimable = False
+    scales_itself = True
+    saturates = True
+
     element: str
     block_size: int
     rule: int
@@ -78,22 +104,55 @@ class BlockFormat:
     mantissa_bits: int
     max_mantissa: int
 
+    @classmethod
+    def of(cls, name: str) -> BlockFormat:
+        return block_format(name)
+
     @property
     def max(self) -> float:
         return math.ldexp(self.max_mantissa, self.emax - self.mantissa_bits)
+
+    @property
+    def rule_name(self) -> str:
+        """The scale rule as the routes name it: ``ocp``, ``rceil`` or ``nvfp4``."""
+        return RULE_NAMES[self.rule]
+
+    @property
+    def scale_exponents(self) -> tuple[int, int]:
+        """The lowest and highest scale exponents a block can get: its scales' range,
+        where the blocks that clamp lie (MX: E8M0's; nvfp4: E4M3's normal binades)."""
+        if self.rule == NVFP4:
+            return NVFP4_SCALE_MIN, math.floor(math.log2(NVFP4_SCALE_MAX))
+        return MX_SCALE_MIN, MX_SCALE_MAX
+
+    @property
+    def round_up(self) -> str | None:
+        """The same format under NVIDIA's round-up rule, which saturates no value (None
+        where this is it, or nvfp4)."""
+        return f"{self}{RCEIL_SUFFIX}" if self.rule == FLOOR else None
+
+    @property
+    def high_clamps_lose(self) -> bool:
+        """Whether a block whose scale clamps high loses values. Not nvfp4's: its per-tensor
+        scale maps the block holding the tensor's largest value to E4M3's largest exactly
+        in real arithmetic, and float32 can put that one ulp over (torchao's clamp then
+        takes it back)."""
+        return self.rule != NVFP4
 
     def scale_range(self, dtype_min_exponent: int, dtype_max_exponent: int) -> tuple[int, int]:
         """(lowest scale exponent, number of them) that blocks of values whose exponents lie
         in ``dtype_min_exponent .. dtype_max_exponent`` can get (zero blocks aside)."""
         if self.rule == NVFP4:
-            return NVFP4_SCALE_MIN, 8 - NVFP4_SCALE_MIN + 1  # E4M3's normal exponents
+            lowest, highest = self.scale_exponents
+            return lowest, highest - lowest + 1
         lo = _clip(dtype_min_exponent - self.emax)
         hi = _clip(dtype_max_exponent - self.emax + (1 if self.rule == RCEIL else 0))
         return lo, hi - lo + 1
 
     def kernel_row(self, dtype_min_exponent: int, dtype_max_exponent: int) -> tuple[int, ...]:
-        """The kernels' description: rule, block size, emax, emin, mantissa bits, max
-        mantissa, lowest scale exponent, number of scale exponents."""
+        """The kernels' description (``kernel_tables.BLOCK_ROW``): rule, block size, emax,
+        emin, mantissa bits, max mantissa, lowest scale exponent, number of scale
+        exponents."""
         lo, n = self.scale_range(dtype_min_exponent, dtype_max_exponent)
         return (
             self.rule,
@@ -106,6 +165,15 @@ class BlockFormat:
             n,
         )
 
+    def not_recorded(self, where: str) -> str:
+        """Why this format, not recorded for ``where`` (what was asked of), is not shown: it
+        cannot be estimated."""
+        return (
+            f"{self} was not recorded for {where}: a block-scaled format cannot be estimated "
+            f"from the exponent histogram (the blocks are gone); give {str(self)!r} to "
+            "formats= when tracking"
+        )
+
 
 def _clip(exponent: int) -> int:
     return max(MX_SCALE_MIN, min(MX_SCALE_MAX, exponent))
@@ -116,9 +184,14 @@ def is_block_format(name: object) -> bool:
     return isinstance(name, str) and name.split(":", 1)[0] in _ELEMENTS
 
 
-@functools.cache
 def block_format(name: str) -> BlockFormat:
-    """The block format named ``name`` (``ValueError`` for a bad suffix)."""
+    """The block format named ``name`` (``ValueError`` for another name or a bad suffix):
+    one value per name."""
+    return _block_format(str(name))
+
+
+@functools.cache
+def _block_format(name: str) -> BlockFormat:
     base, _, suffix = name.partition(":")
     if base not in _ELEMENTS or (suffix and (suffix != RCEIL_SUFFIX[1:] or base == "nvfp4")):
         raise ValueError(
@@ -130,10 +203,10 @@ def block_format(name: str) -> BlockFormat:
     info = ml_dtypes.finfo(getattr(ml_dtypes, element))
     mantissa_bits = int(info.nmant)
     emax = int(info.maxexp) - 1
-    return BlockFormat(
-        name=name,
+    return BlockFormat._made(
+        name,
         element=element,
-        block_size=16 if base == "nvfp4" else 32,
+        block_size=NVFP4_BLOCK if base == "nvfp4" else MX_BLOCK,
         rule=NVFP4 if base == "nvfp4" else (RCEIL if suffix else FLOOR),
         emax=emax,
         emin=int(info.minexp),
@@ -142,30 +215,17 @@ def block_format(name: str) -> BlockFormat:
     )
 
 
-def with_rules() -> tuple[str, ...]:
-    """Every block format's name: the base names, then the MX ones with ``:rceil``."""
-    return (*NAMES, *(f"{n}{RCEIL_SUFFIX}" for n in NAMES if block_format(n).rule == FLOOR))
+def with_rules() -> tuple[BlockFormat, ...]:
+    """Every block format: the base names, then the MX ones with ``:rceil``."""
+    bases = [block_format(n) for n in NAMES]
+    return (*bases, *(block_format(b.round_up) for b in bases if b.round_up))
 
 
-def scale_exponents(name: str) -> tuple[int, int]:
-    """The lowest and highest scale exponents a block of ``name`` can get: its scales'
-    range, where the blocks that clamp lie (MX: E8M0's; nvfp4: E4M3's normal binades)."""
-    if block_format(name).rule == NVFP4:
-        return NVFP4_SCALE_MIN, math.floor(math.log2(NVFP4_SCALE_MAX))
-    return MX_SCALE_MIN, MX_SCALE_MAX
-
-
-def not_recorded(name: str, where: str) -> str:
-    """Why the block format ``name``, not recorded for ``where`` (what was asked of), is
-    not shown: it cannot be estimated."""
-    return (
-        f"{name} was not recorded for {where}: a block-scaled format cannot be estimated "
-        f"from the exponent histogram (the blocks are gone); give {name!r} to formats= "
-        "when tracking"
-    )
-
-
-def kernel_table(names: tuple[str, ...], dtype_min: int, dtype_max: int) -> np.ndarray:
-    """``kernel_row`` of each block format, as an int64 table (one row each)."""
-    rows = [block_format(n).kernel_row(dtype_min, dtype_max) for n in names]
-    return np.array(rows, dtype=np.int64).reshape(len(names), 8)
+_NVFP4 = block_format("nvfp4")
+#: nvfp4's element (E2M1): its smallest and largest normal exponents, explicit mantissa
+#: bits, largest mantissa and largest value.
+NVFP4_EMIN, NVFP4_EMAX = _NVFP4.emin, _NVFP4.emax
+NVFP4_MANTISSA_BITS, NVFP4_MAX_MANTISSA = _NVFP4.mantissa_bits, _NVFP4.max_mantissa
+NVFP4_ELEMENT_MAX = _NVFP4.max
+#: nvfp4's per-tensor scale is amax / NVFP4_TENSOR_DIVISOR (E4M3's max times E2M1's).
+NVFP4_TENSOR_DIVISOR = NVFP4_SCALE_MAX * NVFP4_ELEMENT_MAX

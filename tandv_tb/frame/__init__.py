@@ -15,7 +15,7 @@ MultiIndex with three top levels:
   the infinities. With ``format=F`` they span F's range: ``-inf`` holds the zeros plus the
   values that underflow in F, ``+inf`` the values that overflow plus the infinities, and
   every other value stays in its own bin, clamped into F's range (``format_split``).
-  For a block-scaled format F (``tandv_tb.block_formats``) the bins span the dtypes' range
+  For a block-scaled format F (``tandv_tb.formats.blocks``) the bins span the dtypes' range
   and are not clamped: ``-inf`` holds the zeros plus F's underflow, ``+inf`` F's overflow
   plus the infinities (``block_split``); a block format that was not recorded raises.
 

@@ -1,7 +1,7 @@
 """A record seen through a low-precision format: the ``format=F`` view of ``read_frame``.
 
 For a format that was not recorded at tracking time the split is an estimate, by the rule of
-``tandv_tb.cast_estimate`` (the dashboards' too), rounded to whole values. A block-scaled
+``tandv_tb.formats.estimate`` (the dashboards' too), rounded to whole values. A block-scaled
 format cannot be estimated: what a value loses depends on its block, and the blocks are
 gone (``block_split``).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.formats.estimate import bin_weights
 
 
 def _take_from_bottom(counts: np.ndarray, amount: int) -> np.ndarray:
@@ -22,7 +22,7 @@ def _take_from_bottom(counts: np.ndarray, amount: int) -> np.ndarray:
 
 
 def _estimated_casts(record: NumericsRecord, format: str) -> tuple[int, int]:
-    """Under/overflow of ``format`` estimated from the record's bins (``cast_estimate``)."""
+    """Under/overflow of ``format`` estimated from the record's bins (``formats.estimate``)."""
     under_part, over_part = bin_weights(record.dtype, format)
     first = record.bins_lo - fmt.info(record.dtype).min_exponent
     span = slice(first, first + len(record.counts))

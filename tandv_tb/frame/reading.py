@@ -8,7 +8,6 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from tandv_tb import block_formats
 from tandv_tb import formats as fmt
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
@@ -59,11 +58,12 @@ def read_frame(
     step where known, and the reason (``tandv_tb.frame.events``). ``EstimateWarning``: the
     split of ``format`` was estimated for some records.
 
-    A block-scaled ``format`` (``tandv_tb.block_formats``) keeps the dtypes' bins, and
+    A block-scaled ``format`` (``tandv_tb.formats.blocks``) keeps the dtypes' bins, and
     raises ``ValueError`` where some record did not record it: it cannot be estimated."""
-    if format is not None and block_formats.is_block_format(format):
-        return _read_block_frame(logdir, run, block_formats.block_format(format).name)
-    target = fmt.info(fmt.numpy_dtype(format).name) if format is not None else None
+    seen_through = None if format is None else fmt.as_format(format)
+    if seen_through is not None and not seen_through.estimable:  # as recorded, or not at all
+        return _read_block_frame(logdir, run, seen_through)
+    target = None if seen_through is None else seen_through.info
     entries = _sorted_records(logdir, run)
     if target is not None:
         lo, hi = target.min_exponent, target.max_exponent
@@ -105,7 +105,9 @@ def _sorted_records(logdir: str | os.PathLike, run: str | None) -> list:
     return entries
 
 
-def _read_block_frame(logdir: str | os.PathLike, run: str | None, format: str) -> pd.DataFrame:
+def _read_block_frame(
+    logdir: str | os.PathLike, run: str | None, format: fmt.BlockFormat
+) -> pd.DataFrame:
     """``read_frame`` through a block format: the dtypes' bins, with the underflow in
     ``-inf`` and the overflow in ``+inf`` (``block_split``)."""
     entries = _sorted_records(logdir, run)
@@ -114,9 +116,7 @@ def _read_block_frame(logdir: str | os.PathLike, run: str | None, format: str) -
         tags = sorted({f"{e[0]}:{e[1].tensor_type}/{e[1].name}" for e in missing})
         shown = ", ".join(tags[:3]) + (f" and {len(tags) - 3} more" if len(tags) > 3 else "")
         raise ValueError(
-            block_formats.not_recorded(
-                format, f"{len(missing)} of {len(entries)} records ({shown})"
-            )
+            format.not_recorded(f"{len(missing)} of {len(entries)} records ({shown})")
         ) from BlockFormatNotRecorded(format)
     lo = min((fmt.info(e[3].dtype).min_exponent for e in entries), default=0)
     hi = max((fmt.info(e[3].dtype).max_exponent for e in entries), default=-1)

@@ -4,43 +4,47 @@ distribution), and the ``blocks`` route, every step of it (its CSV has a column 
 format and count, and per scale exponent).
 
 A block format that a layer did not record is never estimated: asking for it answers 400
-with ``block_formats.not_recorded``'s message (give it to ``formats=``)."""
+with ``BlockFormat.not_recorded``'s message (give it to ``formats=``). The one module of
+the plugin that tells the formats' kinds apart (``split_formats``): the blocks route and a
+histogram show block formats apart from element formats."""
 
 from __future__ import annotations
 
 import numpy as np
 from tensorboard.errors import InvalidArgumentError
 
-from tandv_tb import block_formats
-from tandv_tb.disk.record import BlockCounts
+from tandv_tb.disk.record import BlockCounts, snr_db
+from tandv_tb.formats import BlockFormat, ElementFormat, Format, block_format, split_formats
+from tandv_tb.formats.blocks import NAMES_TEXT, is_block_format, with_rules
 from tandv_tb.plugin.downsample import window
 from tandv_tb.plugin.listing import RunIndex, TagEntry
 from tandv_tb.plugin.responses import Numbers
-from tandv_tb.plugin.snr import snr_db
 
-#: The scale rules, as the routes name them.
-RULES = {block_formats.FLOOR: "ocp", block_formats.RCEIL: "rceil", block_formats.NVFP4: "nvfp4"}
 #: The counts a block format shows per record, in the order the routes list them.
 COUNT_COLUMNS = ("underflow", "overflow", "blocks", "zero_blocks", "clamped_low", "clamped_high")
 
 
-def block_format_json(name: str) -> dict:
+def listing() -> list[dict]:
+    """Every block format (``with_rules``) as the ``formats`` route lists it."""
+    return [block_format_json(block) for block in with_rules()]
+
+
+def block_format_json(block: BlockFormat) -> dict:
     """A block format as ``formats`` lists it: its element format and block size, its scale
     rule and the range of its scale exponents (where clamped blocks lie)."""
-    block = block_formats.block_format(name)
-    lowest, highest = block_formats.scale_exponents(name)
+    lowest, highest = block.scale_exponents
     return {
         "format": block.name,
         "element": block.element,
         "block_size": block.block_size,
-        "scale_rule": RULES[block.rule],
+        "scale_rule": block.rule_name,
         "element_max": block.max,
         "scale_min_exponent": lowest,
         "scale_max_exponent": highest,
     }
 
 
-def block_counts_json(name: str, counts: BlockCounts) -> dict:
+def block_counts_json(name: BlockFormat, counts: BlockCounts) -> dict:
     """One record of a block format, as the histogram shows it (always exact)."""
     block = counts.trimmed()
     return {
@@ -58,26 +62,31 @@ def block_counts_json(name: str, counts: BlockCounts) -> dict:
     }
 
 
-def is_block(name: str | None) -> bool:
-    return name is not None and block_formats.is_block_format(name)
+def split_asked(asked: list[Format]) -> tuple[list[ElementFormat], list[BlockFormat]]:
+    """The formats asked of a histogram: its element formats' overlays, and its block
+    formats, shown apart."""
+    elements, blocks = split_formats(tuple(asked))
+    return list(elements), list(blocks)
 
 
-def check_recorded(format_name: str, entries: list[TagEntry], where: str) -> None:
+def check_recorded(format: BlockFormat, entries: list[TagEntry], where: str) -> None:
     """400 with ``not_recorded``'s message where none of ``entries`` recorded the block
     format (layers that did not, beside some that did, show no data)."""
-    if entries and not any(format_name in e.info.block_formats for e in entries):
-        raise InvalidArgumentError(block_formats.not_recorded(format_name, where))
+    if entries and not any(format in e.info.block_formats for e in entries):
+        raise InvalidArgumentError(format.not_recorded(where))
 
 
-def layer_block_formats(entry: TagEntry, asked: list[str] | None, run: str) -> list[str]:
+def layer_block_formats(
+    entry: TagEntry, asked: list[BlockFormat] | None, run: str
+) -> list[BlockFormat]:
     """The block formats to show for one layer: those ``asked`` (400 for one it did not
     record), or every one it recorded where None are asked."""
     if asked is None:
         return list(entry.info.block_formats)
-    for name in asked:
-        if name not in entry.info.block_formats:
+    for block in asked:
+        if block not in entry.info.block_formats:
             where = f"{entry.info.tensor_type} {entry.info.name!r} of run {run!r}"
-            raise InvalidArgumentError(block_formats.not_recorded(name, where))
+            raise InvalidArgumentError(block.not_recorded(where))
     return asked
 
 
@@ -88,14 +97,13 @@ def blocks(query, index: RunIndex) -> dict:
     entries = [index.layer(tensor_type, name) for name in params.texts("layer", required=True)]
     asked = []
     for name in params.texts("format"):
-        if not is_block(name):
+        if not is_block_format(name):
             raise InvalidArgumentError(
-                f"the blocks route shows block-scaled formats ({', '.join(block_formats.NAMES)}, "
-                f"or an MX one with {block_formats.RCEIL_SUFFIX!r}); got {name!r} (element "
-                "formats are in histogram and series)"
+                f"the blocks route shows block-scaled formats ({NAMES_TEXT}); got {name!r} "
+                "(element formats are in histogram and series)"
             )
         try:
-            asked.append(block_formats.block_format(name).name)
+            asked.append(block_format(name))
         except ValueError as error:
             raise InvalidArgumentError(str(error)) from None
     low, high = params.step_window()

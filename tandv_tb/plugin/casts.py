@@ -2,7 +2,7 @@
 
 A format recorded at tracking time is read as stored (exact). Casting to the tensor's own
 dtype changes nothing (exactly 0 and 0). Any other format is estimated from the exponent
-histogram with the one rule of ``tandv_tb.cast_estimate`` (which ``read_frame`` applies
+histogram with the one rule of ``tandv_tb.formats.estimate`` (which ``read_frame`` applies
 too, so the dashboards and the frame give the same estimate), here as its per-bin weights
 (``bin_weights``) applied to all steps at once.
 """
@@ -14,8 +14,8 @@ import dataclasses
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.cast_estimate import bin_weights
 from tandv_tb.disk import metadata
+from tandv_tb.formats.estimate import bin_weights
 from tandv_tb.store.series import LayerSeries, StepColumns
 
 
@@ -28,7 +28,7 @@ class CastCounts:
     exact: bool
 
 
-def cast_counts(series: StepColumns, format_name: str) -> CastCounts:
+def cast_counts(series: StepColumns, format_name: fmt.Format) -> CastCounts:
     """Under/overflow of ``format_name`` at every step of ``series`` (a ``LayerGrid`` only
     for a format all its layers recorded: nothing to estimate)."""
     if format_name in series.formats:

@@ -15,7 +15,6 @@ import math
 
 from tensorboard.errors import InvalidArgumentError
 
-from tandv_tb import block_formats
 from tandv_tb.diagnosis.base import Finding, Thresholds, severity_rank
 from tandv_tb.diagnosis.engine import diagnose
 from tandv_tb.diagnosis.folding import Fold
@@ -54,7 +53,7 @@ def check_runs(query, runs: list[str]) -> None:
 def heatmap_metric(finding: Finding) -> str:
     """The heatmap metric that shows ``finding`` (a ``scale`` that scales up remedies an
     underflow, one that scales down an overflow; a block format's blocks that clamp)."""
-    if finding.kind == "scale" and block_formats.is_block_format(finding.format):
+    if finding.kind == "scale" and finding.format.scales_itself:
         return "clamped_block_fraction"
     if finding.kind == "scale":
         return "overflow_fraction" if finding.value < 0 else "underflow_fraction"

@@ -1,4 +1,5 @@
-"""The quantization error of a block-scaled format as a signal-to-noise ratio in dB.
+"""The quantization error of a block-scaled format as a signal-to-noise ratio in dB
+(``record.snr_db``), of several records together.
 
 A record holds the sums of squares of its finite values (``signal``) and of their
 quantization errors (``error``), both in units of ``4**exponent`` (``record.BlockCounts``).
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tandv_tb.disk.record import snr_db
+from tandv_tb.formats import BlockFormat
 from tandv_tb.plugin.downsample import Columns, reduce_rows, window
 from tandv_tb.store.series import StepColumns
 
@@ -19,19 +22,9 @@ from tandv_tb.store.series import StepColumns
 SumsRow = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def block_sums(series: StepColumns, format_name: str) -> tuple[np.ndarray, ...]:
+def block_sums(series: StepColumns, format: BlockFormat) -> tuple[np.ndarray, ...]:
     """``(signal, error, exponent)`` of a block format at every step of ``series``."""
-    return tuple(series.column(f"{name}:{format_name}") for name in ("signal", "error", "exponent"))
-
-
-def snr_db(signal: np.ndarray, error: np.ndarray) -> np.ndarray:
-    """``10 log10(signal / error)``: +Inf where nothing is lost, NaN where there is no
-    signal (no finite non-zero value), as ``BlockCounts.snr_db``."""
-    signal, error = np.asarray(signal, np.float64), np.asarray(error, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = 10.0 * np.log10(signal / error)
-    out[~(signal > 0)] = np.nan
-    return out
+    return tuple(series.format_column(format, name) for name in ("signal", "error", "exponent"))
 
 
 def pooled(

@@ -7,7 +7,6 @@ import dataclasses
 import numpy as np
 from tensorboard.errors import InvalidArgumentError, NotFoundError
 
-from tandv_tb import block_formats
 from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata
 from tandv_tb.disk.record import COUNTS
@@ -80,22 +79,20 @@ def format_json(name: str) -> dict:
     }
 
 
-def canonical_format(name: str) -> str:
-    """The canonical name of a format (an ml_dtypes name, or a block-scaled format's);
-    400 for anything else."""
+def canonical_format(name: str) -> fmt.Format:
+    """The format named ``name`` (an ml_dtypes name, or a block-scaled format's); 400 for
+    anything else."""
     try:
-        if block_views.is_block(name):
-            return block_formats.block_format(name).name
-        return fmt.info(name).name
+        return fmt.as_format(name)
     except (ValueError, TypeError) as error:
         raise InvalidArgumentError(str(error)) from None
 
 
-def _formats(params: Params) -> list[str]:
+def _formats(params: Params) -> list[fmt.Format]:
     return list(dict.fromkeys(canonical_format(f) for f in params.texts("format")))
 
 
-def _format(params: Params) -> str | None:
+def _format(params: Params) -> fmt.Format | None:
     name = params.text("format", required=False)
     return None if name is None else canonical_format(name)
 
@@ -158,9 +155,7 @@ def runs(query: Query) -> dict:
 def formats_listing(query: Query) -> dict:
     return {
         "formats": [format_json(name) for name in metadata.DTYPE_CODES],
-        "block_formats": [
-            block_views.block_format_json(name) for name in block_formats.with_rules()
-        ],
+        "block_formats": block_views.listing(),
         "default_overlays": list(fmt.DEFAULT_OVERLAYS),
     }
 
@@ -211,17 +206,19 @@ def histogram(query: Query, index: RunIndex) -> dict:
     tensor_type = params.text("tensor_type")
     entries = [index.layer(tensor_type, name) for name in params.texts("layer", required=True)]
     step = params.integer("step", low=0, high=MAX_STEP)
-    asked_elements, asked_blocks = fmt.split_formats(tuple(_formats(params)))
+    asked_elements, asked_blocks = block_views.split_asked(_formats(params))
     listed = []
     for entry in entries:
-        blocks = block_views.layer_block_formats(entry, list(asked_blocks) or None, index.run)
+        blocks = block_views.layer_block_formats(entry, asked_blocks or None, index.run)
         found = query.numerics().record(index.run, entry.tag, step)
         if found is None:
             raise NotFoundError(f"layer {entry.info.name!r} has no readable steps")
         held_step, record = found
         one = LayerSeries.of_record(entry.info, held_step, record)
-        shown = list(asked_elements) or list(
-            dict.fromkeys([record.dtype, *entry.info.formats, *fmt.DEFAULT_OVERLAYS])
+        shown = asked_elements or list(
+            dict.fromkeys(
+                map(fmt.as_format, [record.dtype, *entry.info.formats, *fmt.DEFAULT_OVERLAYS])
+            )
         )
         dtype_info = fmt.info(record.dtype)
         item = {
@@ -245,7 +242,7 @@ def histogram(query: Query, index: RunIndex) -> dict:
     }
 
 
-def _format_counts(one: LayerSeries, name: str) -> dict:
+def _format_counts(one: LayerSeries, name: fmt.ElementFormat) -> dict:
     casts = cast_counts(one, name)
     return {
         "format": name,
@@ -333,15 +330,15 @@ def heatmap(query: Query, index: RunIndex) -> dict:
 
 
 def _check_block_format(
-    format_name: str | None,
+    format_name: fmt.Format | None,
     tensor_type: str,
     index: RunIndex,
     entries: list[TagEntry],
     other: RunIndex | None,
 ) -> None:
-    """400 where a block format is asked of layers none of which recorded it (in the run,
-    or in the run subtracted from it)."""
-    if not block_views.is_block(format_name):
+    """400 where a format that cannot be estimated (a block format) is asked of layers
+    none of which recorded it (in the run, or in the run subtracted from it)."""
+    if format_name is None or format_name.estimable:
         return
     where = f"the {tensor_type} layers of run {index.run!r}"
     block_views.check_recorded(format_name, entries, where)
@@ -351,7 +348,7 @@ def _check_block_format(
         block_views.check_recorded(format_name, [m for m in matched if m], where)
 
 
-def _sums_row(one: LayerSeries, format_name: str, steps: np.ndarray) -> snr.SumsRow:
+def _sums_row(one: LayerSeries, format_name: fmt.BlockFormat, steps: np.ndarray) -> snr.SumsRow:
     """One layer's signal and error sums at ``steps`` (its steps holding the format)."""
     if not len(steps):
         return steps, *(np.zeros(0),) * 3
@@ -370,7 +367,7 @@ def series(query: Query, index: RunIndex) -> dict:
     needs = Needs()
     for metric in chosen:
         needs = needs | metrics.needs(metric, format_name)
-    if needs.format is not None and block_views.is_block(needs.format):
+    if needs.format is not None and not needs.format.estimable:
         for entry in entries:
             block_views.layer_block_formats(entry, [needs.format], index.run)
     listed = []

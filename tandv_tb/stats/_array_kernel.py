@@ -25,9 +25,21 @@ import math
 
 import numpy as np
 
-from tandv_tb import block_formats
-from tandv_tb import formats as fmt
-from tandv_tb.stats._cpu_kernel import block_table, threshold_bits
+from tandv_tb.formats import info as dtype_info
+from tandv_tb.formats.blocks import (
+    MX_SCALE_MAX,
+    MX_SCALE_MIN,
+    NVFP4,
+    NVFP4_ELEMENT_MAX,
+    NVFP4_EMIN,
+    NVFP4_MANTISSA_BITS,
+    NVFP4_SCALE_MANTISSA_BITS,
+    NVFP4_SCALE_MAX,
+    NVFP4_SCALE_MIN,
+    NVFP4_TENSOR_DIVISOR,
+    RCEIL,
+)
+from tandv_tb.formats.kernel_tables import block_table, threshold_bits
 from tandv_tb.stats._exact_division import divide_float32
 
 _LAYOUT = {
@@ -292,7 +304,7 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...], row_length
     sign_mask = int(np.iinfo(int_type).max)
     inf_bits = int(np.array(np.inf, float_type).view(int_type))
     shift = mant_bits + 1
-    info = fmt.info(dtype)
+    info = dtype_info(dtype)
     numel = math.prod(values.shape)
 
     signed_bits = ops.int_view(values)
@@ -319,22 +331,21 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...], row_length
     hist = bins[first : first + info.n_bins]
     zero, nan, posinf, neginf = bins[0], bins[special], bins[special + 1], bins[special + 2]
 
-    elements, blocks = fmt.split_formats(formats)
     folds = [
         ("max", ops.where(finite, magnitude, 0 * magnitude), 0),
         ("min", ops.where(finite, magnitude, inf_bits + 0 * magnitude), inf_bits),
         ("min", ops.where(finite & nonzero, magnitude, inf_bits + 0 * magnitude), inf_bits),
     ]
     live = finite & nonzero
-    for name in elements:
-        t = threshold_bits(dtype, (name,), wide)[0].tolist()
+    thresholds = threshold_bits(dtype, formats, wide).tolist()
+    for t in thresholds:
         folds.append(("sum", live & (magnitude <= _by_sign(ops, negative, t[0], t[1])), 0))
         over = (magnitude >= _by_sign(ops, negative, t[2], t[3])) | (
             magnitude < _by_sign(ops, negative, t[4], t[5])
         )
         folds.append(("sum", live & over, 0))
     max_bits, min_bits, min_nonzero_bits, *cast_counts = ops.fold(folds)
-    casts = [c + zero * t for c, t in zip(cast_counts, _zero_overflows(dtype, elements, wide))]
+    casts = [c + zero * t for c, t in zip(cast_counts, _zero_overflows(thresholds))]
     max_abs, min_abs, min_nonzero = (
         ops.float_view(b, values) for b in (max_bits, min_bits, min_nonzero_bits)
     )
@@ -382,10 +393,10 @@ def compute_arrays(ops, values, dtype: str, formats: tuple[str, ...], row_length
     # Pass 4.
     layout = _Layout(mant_bits, bias, float_type, int_type)
     block_casts, block_counts, block_moments = [], [], []
-    for name, row in zip(blocks, block_table(dtype, formats).tolist()):
+    for row in block_table(dtype, formats).tolist():
         pair, section, sums = _block_format(
-            ops, layout, values, ops.where(finite, magnitude, 0 * magnitude), max_bits,
-            name, row, row_length, numel,
+            ops, layout, values, ops.where(finite, magnitude, 0 * magnitude), max_bits, row,
+            row_length, numel,
         )  # fmt: skip
         block_casts += pair
         block_counts += section
@@ -435,7 +446,7 @@ def _round_to_element(ops, layout: _Layout, v, emin: int, mant_bits: int):
     return ops.round_even(v * layout.power(ops, -quantum, v)) * layout.power(ops, quantum, v)
 
 
-def _block_format(ops, layout, values, finite_bits, max_bits, name, row, row_length, numel):
+def _block_format(ops, layout, values, finite_bits, max_bits, row, row_length, numel):
     """((underflow, overflow), [zero blocks, clamped low, clamped high, blocks per scale
     exponent], [exponent, signal, error]) of one block format (``BlockFormat.kernel_row``
     ``row``) over ``values`` whose finite magnitudes' bit patterns are ``finite_bits``
@@ -452,15 +463,14 @@ def _block_format(ops, layout, values, finite_bits, max_bits, name, row, row_len
     top, _ = layout.floor_log2(ops, max_bits + (max_bits == 0), like)  # the sums' unit
     top = ops.clip(top, 1 - layout.bias, layout.bias - 1)  # 2**-top normal too
     nonzero = bits != 0
-    if rule == block_formats.NVFP4:
+    if rule == NVFP4:
         return _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row)
     exponent, normalised = layout.floor_log2(ops, block_bits + zero_block, like)
     raw = exponent - emax
-    if rule == block_formats.RCEIL:
+    if rule == RCEIL:
         significand = ((normalised & layout.mask) | (layout.mask + 1)) << mant_bits
         raw = raw + (significand > max_mantissa * (layout.mask + 1))
-    low = block_formats.MX_SCALE_MIN
-    high = block_formats.MX_SCALE_MAX
+    low, high = MX_SCALE_MIN, MX_SCALE_MAX
     clamped_low = ~zero_block & (raw < low)
     clamped_high = ~zero_block & (raw > high)
     scale = ops.where(zero_block, 0 * raw + low, ops.clip(raw, low, high))
@@ -490,7 +500,7 @@ def _block_format(ops, layout, values, finite_bits, max_bits, name, row, row_len
 
 
 def _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row):
-    """``_block_format`` for nvfp4: torchao's float32 arithmetic (``block_formats``). Here
+    """``_block_format`` for nvfp4: torchao's float32 arithmetic (``formats.blocks``). Here
     subnormal float32 operands are left to the device: one that flushes them (XLA's CPU)
     differs from the definition only for tensors whose largest magnitude is below about
     2**-100, where the products of subnormals reach E2M1's range."""
@@ -508,22 +518,26 @@ def _nvfp4(ops, layout, values, bits, max_bits, nonzero, top, row):
         if wide
         else amax
     )
-    tensor_scale = ops.divide(amax, np.float32(block_formats.NVFP4_TENSOR_DIVISOR))
+    tensor_scale = ops.divide(amax, np.float32(NVFP4_TENSOR_DIVISOR))
     zero_block = block_bits == 0
-    raw = ops.divide(ops.divide(block_max, np.float32(6.0)), tensor_scale)
-    smallest = np.float32(2.0**block_formats.NVFP4_SCALE_MIN)
+    raw = ops.divide(ops.divide(block_max, np.float32(NVFP4_ELEMENT_MAX)), tensor_scale)
+    smallest = np.float32(2.0**NVFP4_SCALE_MIN)
     clamped_low = ~zero_block & (raw < smallest)
-    clamped_high = ~zero_block & (raw > np.float32(block_formats.NVFP4_SCALE_MAX))
+    clamped_high = ~zero_block & (raw > np.float32(NVFP4_SCALE_MAX))
     # A zero block's raw scale is NaN in an all-zero tensor (0 / 0): it takes the smallest.
-    clamped = ops.clip(ops.where(zero_block, ops.scalar_like(smallest, raw), raw), smallest, 448.0)
-    block_scale = _round_to_element(ops, f32, clamped, -6, 3)  # E4M3, normal here
+    clamped = ops.clip(
+        ops.where(zero_block, ops.scalar_like(smallest, raw), raw), smallest, NVFP4_SCALE_MAX
+    )
+    block_scale = _round_to_element(  # E4M3, normal here
+        ops, f32, clamped, NVFP4_SCALE_MIN, NVFP4_SCALE_MANTISSA_BITS
+    )
     exponent = (ops.int_view(block_scale) >> 23) - 127
     inverse = ops.divide(ops.scalar_like(1.0, tensor_scale), tensor_scale)
     reciprocal = ops.divide(inverse + 0 * block_scale, block_scale)
     v = ops.where(bits == 0, 0 * a32, a32 * reciprocal)
-    q = _round_to_element(ops, f32, v, 0, 1)
-    over = q > 6.0
-    q = ops.where(over, 0 * q + 6.0, q)
+    q = _round_to_element(ops, f32, v, NVFP4_EMIN, NVFP4_MANTISSA_BITS)
+    over = q > NVFP4_ELEMENT_MAX
+    q = ops.where(over, 0 * q + NVFP4_ELEMENT_MAX, q)
     under = nonzero & (q == 0)
     to_unit = layout.power(ops, -top, values)
     dequantum = ops.to_float(block_scale, values) * ops.to_float(tensor_scale, values)
@@ -556,10 +570,7 @@ def _by_sign(ops, negative, positive_value: int, negative_value: int):
     return ops.where(negative, negative_value, positive_value)
 
 
-def _zero_overflows(dtype: str, formats: tuple[str, ...], wide: bool) -> list[int]:
-    """Per format and per count (under, over): 1 where 0 itself overflows (counted once
-    per zero, as an overflow)."""
-    out = []
-    for name in formats:
-        out += [0, int(threshold_bits(dtype, (name,), wide)[0][6])]
-    return out
+def _zero_overflows(thresholds: list[list[int]]) -> list[int]:
+    """Per element format and per count (under, over): 1 where 0 itself overflows (counted
+    once per zero, as an overflow; the last column of ``threshold_bits``)."""
+    return [flag for t in thresholds for flag in (0, t[-1])]

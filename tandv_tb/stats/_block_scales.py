@@ -1,4 +1,4 @@
-"""Each block's scale from its largest finite magnitude (``tandv_tb.block_formats``), counted
+"""Each block's scale from its largest finite magnitude (``tandv_tb.formats.blocks``), counted
 in its format's row: zero blocks, blocks clamped low or high, blocks per scale exponent.
 
 A format's row is flat int64: ``UNDER``, ``OVER`` (added by the value loops), then
@@ -21,7 +21,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from tandv_tb.block_formats import MX_SCALE_MAX, MX_SCALE_MIN, NVFP4_SCALE_MIN, RCEIL
+from tandv_tb.formats.blocks import (
+    MX_SCALE_MAX,
+    MX_SCALE_MIN,
+    NVFP4_ELEMENT_MAX,
+    NVFP4_SCALE_MANTISSA_BITS,
+    NVFP4_SCALE_MAX,
+    NVFP4_SCALE_MIN,
+    NVFP4_TENSOR_DIVISOR,
+    RCEIL,
+)
 from tandv_tb.stats._bit_ops import (
     _same_width_add,
     _same_width_and,
@@ -39,7 +48,11 @@ UNDER, OVER, ZERO_BLOCKS, CLAMPED_LOW, CLAMPED_HIGH, SCALES = range(6)
 _MANTISSA = (1 << 52) - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: nvfp4's block scales are clamped to this range before they are rounded to E4M3.
-_NVFP4_LOWEST, _NVFP4_HIGHEST = 2.0**NVFP4_SCALE_MIN, 448.0
+_NVFP4_LOWEST, _NVFP4_HIGHEST = 2.0**NVFP4_SCALE_MIN, NVFP4_SCALE_MAX
+#: E4M3's rounding on a float32 bit pattern: the mantissa bits it drops, and half an ulp
+#: less one.
+_E4M3_DROPPED = 23 - NVFP4_SCALE_MANTISSA_BITS
+_E4M3_HALF = (1 << (_E4M3_DROPPED - 1)) - 1
 #: nvfp4 in float32 lanes needs a per-tensor scale from this on: then a block whose
 #: ``amax / 6`` is subnormal (flushed to 0 in flush-to-zero mode) has a raw scale far below
 #: ``_NVFP4_LOWEST`` either way, and every reciprocal is finite.
@@ -96,11 +109,11 @@ def nvfp4_scale(amax, tensor_scale, scale_lo, row):
     if amax == 0.0:
         row[ZERO_BLOCKS] += 1
         return _NVFP4_LOWEST
-    raw = float32(float32(amax / 6.0) / tensor_scale)
+    raw = float32(float32(amax / NVFP4_ELEMENT_MAX) / tensor_scale)
     row[CLAMPED_LOW] += raw < _NVFP4_LOWEST
     row[CLAMPED_HIGH] += raw > _NVFP4_HIGHEST
     clamped = min(max(raw, _NVFP4_LOWEST), _NVFP4_HIGHEST) if raw == raw else _NVFP4_LOWEST
-    step = power_of_two(exponent_of(clamped) - 3)  # E4M3: 3 mantissa bits, normal here
+    step = power_of_two(exponent_of(clamped) - NVFP4_SCALE_MANTISSA_BITS)  # E4M3, normal here
     block_scale = np.rint(clamped / step) * step
     row[SCALES + exponent_of(block_scale) - scale_lo] += 1
     return block_scale
@@ -109,7 +122,7 @@ def nvfp4_scale(amax, tensor_scale, scale_lo, row):
 @numba.njit(nogil=True, error_model="numpy")
 def tensor_scale(amax):
     """nvfp4's per-tensor scale, float32(amax) / (448 * 6) in float32 (as a float64)."""
-    return float32(float32(amax) / (448.0 * 6.0))
+    return float32(float32(amax) / NVFP4_TENSOR_DIVISOR)
 
 
 @numba.njit(nogil=True, inline="always")
@@ -197,15 +210,16 @@ def nvfp4_scales(patterns, nb, tensor_scale, row, exponents, reciprocals, scales
     zero = low = high = np.int32(0)
     for k in range(nb):
         pattern = patterns[k]
-        raw = (float32_of(pattern) / np.float32(6.0)) / tensor_scale32
+        raw = (float32_of(pattern) / np.float32(NVFP4_ELEMENT_MAX)) / tensor_scale32
         live = np.int32(pattern != 0)
         zero = _same_width_add(zero, np.int32(pattern == 0))
         low = _same_width_add(low, _same_width_and(live, np.int32(raw < lowest)))
         high = _same_width_add(high, np.int32(raw > highest))
         clamped = bits32(min(max(raw, lowest), highest))
-        odd = _same_width_and(clamped >> 20, np.int32(1))
+        odd = _same_width_and(clamped >> _E4M3_DROPPED, np.int32(1))
         rounded = _same_width_and(
-            _same_width_add(clamped, _same_width_add(np.int32(0x7FFFF), odd)), np.int32(-(1 << 20))
+            _same_width_add(clamped, _same_width_add(np.int32(_E4M3_HALF), odd)),
+            np.int32(-(1 << _E4M3_DROPPED)),
         )
         scales[k] = float32_of(rounded)
         reciprocals[k] = reciprocal_tensor_scale / float32_of(rounded)

@@ -14,6 +14,7 @@ import math
 import numba
 import numpy as np
 
+from tandv_tb.formats.blocks import NVFP4_EMAX, NVFP4_EMIN, NVFP4_MANTISSA_BITS, NVFP4_MAX_MANTISSA
 from tandv_tb.stats._bit_ops import bits32, float32_of
 from tandv_tb.stats._block_scales import exponent_of, float32, nvfp4_scale
 
@@ -117,7 +118,12 @@ def nvfp4_values(bits, starts, nb, reciprocals, dequanta, exponent, per_value, e
         a = _pattern_value(magnitude if magnitude < 0x7F800000 else 0)
         v = float32(a * reciprocal[i])  # the float32 product, exact in float64 first
         q, shift, _, low, saturated = _round_bits(
-            bits32(np.float32(v)) if v >= 2.0**-126 else 0, 0, 0, 2, 1, 3
+            bits32(np.float32(v)) if v >= 2.0**-126 else 0,
+            0,
+            NVFP4_EMIN,
+            NVFP4_EMAX,
+            NVFP4_MANTISSA_BITS,
+            NVFP4_MAX_MANTISSA,
         )
         under += (q == 0) & (a != 0.0)
         over += saturated

@@ -35,7 +35,17 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-from tandv_tb.block_formats import MX_SCALE_MAX, MX_SCALE_MIN
+from tandv_tb.formats.blocks import (
+    MX_BLOCK,
+    MX_SCALE_MAX,
+    MX_SCALE_MIN,
+    NVFP4_BLOCK,
+    NVFP4_EMAX,
+    NVFP4_EMIN,
+    NVFP4_MANTISSA_BITS,
+    NVFP4_MAX_MANTISSA,
+    NVFP4_SCALE_MAX,
+)
 from tandv_tb.stats import _lanes
 from tandv_tb.stats._bit_ops import bits32, float32_of
 from tandv_tb.stats._block_scales import (
@@ -53,9 +63,9 @@ _FLOAT32_LARGEST = np.float32(np.finfo(np.float32).max)
 _RUN = 4
 #: The lanes of a run of nvfp4 blocks, taken as one vector (measured: 10% faster than one
 #: block a vector; eight blocks a run spill registers).
-_RUN_LANES = 16 * _RUN
+_RUN_LANES = NVFP4_BLOCK * _RUN
 #: E4M3's largest value, the only nvfp4 block scale under which a value can saturate.
-_E4M3_LARGEST = np.float32(448.0)
+_E4M3_LARGEST = np.float32(NVFP4_SCALE_MAX)
 
 
 def _element(mant_bits, emin, max_mantissa, emax):
@@ -70,6 +80,8 @@ def _element(mant_bits, emin, max_mantissa, emax):
 
 
 element = numba.njit(nogil=True, inline="always")(_element)
+#: nvfp4's element (E2M1) as ``_element`` describes it.
+_E2M1 = _element(NVFP4_MANTISSA_BITS, NVFP4_EMIN, NVFP4_MAX_MANTISSA, NVFP4_EMAX)
 
 
 def _rounded(builder, v, element, saturating=True):
@@ -130,7 +142,7 @@ def _mx_block(typingctx, values, start, lanes, finite, inverse, unit, element, e
 def _per_block(builder, vector, order):
     """``<blocks x float>`` widened to a lane per value, each block's value in the lanes of
     its 16 values (lane p holds value ``order[p]``, ``_lanes.load_float32``)."""
-    mask = ir.Constant(_lanes.vector_of(_I32, len(order)), [i // 16 for i in order])
+    mask = ir.Constant(_lanes.vector_of(_I32, len(order)), [i // NVFP4_BLOCK for i in order])
     return builder.shuffle_vector(vector, ir.Constant(vector.type, ir.Undefined), mask)
 
 
@@ -154,7 +166,7 @@ def _nvfp4_blocks(
         finite.literal_value,
         saturating.literal_value,
     )
-    count = 16 * n_blocks
+    count = NVFP4_BLOCK * n_blocks
     signed = all_finite and not may_saturate
 
     def codegen(context, builder, signature, args):
@@ -175,7 +187,7 @@ def _nvfp4_blocks(
         v = builder.fmul(a, reciprocal)
         e2m1 = context.make_tuple(
             builder, types.UniTuple(types.float32, 4),
-            [ir.Constant(_F32, c) for c in (1.5 * 2.0**22, 1.5 * 2.0**22, 6.0, 0.25)],
+            [ir.Constant(_F32, float(c)) for c in _E2M1],
         )  # fmt: skip
         q, saturated, underflowed = _rounded(builder, v, e2m1, may_saturate)
         if signed:
@@ -238,15 +250,15 @@ def largest_magnitudes(values, starts, nb, size, finite, patterns):
     """``patterns[k]``: the bit pattern of block k's largest finite |x| (0 for none), the
     blocks starting at ``starts[k]`` (``starts[nb]`` the chunk's end), at most ``size`` (16
     or 32) long; NaN and Inf left out unless the chunk is all ``finite``."""
-    if size == 32:
+    if size == MX_BLOCK:
         if finite:
-            _largest_of(values, starts, nb, 32, True, patterns)
+            _largest_of(values, starts, nb, MX_BLOCK, True, patterns)
         else:
-            _largest_of(values, starts, nb, 32, False, patterns)
+            _largest_of(values, starts, nb, MX_BLOCK, False, patterns)
     elif finite:
-        _largest_of(values, starts, nb, 16, True, patterns)
+        _largest_of(values, starts, nb, NVFP4_BLOCK, True, patterns)
     else:
-        _largest_of(values, starts, nb, 16, False, patterns)
+        _largest_of(values, starts, nb, NVFP4_BLOCK, False, patterns)
 
 
 @numba.njit(nogil=True, inline="always")
@@ -260,7 +272,7 @@ def _mx_scaled_block(values, start, finite, pattern, scaling, constants, row, er
     row[SCALES + scale - scale_lo] += live
     inverse = float32_of((np.int32(127) - scale) << 23)
     unit = float32_of(max(scale + unit_bias, np.int32(0)) << 23)
-    u, o = _mx_block(values, start, 32, finite, inverse, unit, constants, errors)
+    u, o = _mx_block(values, start, MX_BLOCK, finite, inverse, unit, constants, errors)
     low, high = live & (raw < MX_SCALE_MIN), live & (raw > MX_SCALE_MAX)
     return u, o, np.int64(not live), np.int64(low), np.int64(high)
 
@@ -276,24 +288,24 @@ def _mx_of(values, starts, nb, finite, patterns, format_row, exponent, row, pad)
     constants = element(mant_bits, emin, max_mantissa, emax)
     carry = mx_carry(rule, mant_bits, max_mantissa)
     scaling = (carry, np.int32(127 + emax), np.int32(127 - exponent), scale_lo)
-    errors = _lanes.accumulator(32)
+    errors = _lanes.accumulator(MX_BLOCK)
     counts = (0, 0, 0, 0, 0)  # under, over, zero blocks, clamped low, clamped high
     padding = 0
     for k in range(nb):
         start, length = starts[k], starts[k + 1] - starts[k]
-        if length == 32:
+        if length == MX_BLOCK:
             block = _mx_scaled_block(
                 values, start, finite, patterns[k], scaling, constants, row, errors
             )
         else:
             _pad(values, start, length, pad)
             block = _mx_scaled_block(pad, 0, finite, patterns[k], scaling, constants, row, errors)
-            padding += 32 - length
+            padding += MX_BLOCK - length
         counts = _plus(counts, block)
     row[ZERO_BLOCKS] += counts[2]
     row[CLAMPED_LOW] += counts[3]
     row[CLAMPED_HIGH] += counts[4]
-    return counts[0] - padding, counts[1], _lanes.accumulated(errors, 32)
+    return counts[0] - padding, counts[1], _lanes.accumulated(errors, MX_BLOCK)
 
 
 @numba.njit(nogil=True)
@@ -311,12 +323,12 @@ def mx_values(values, starts, nb, finite, patterns, format_row, exponent, row, p
 @numba.njit(nogil=True, inline="always")
 def _nvfp4_of(values, starts, nb, finite, patterns, blocks, tensor_scale, row, pad):
     reciprocals, scales, exponents, scale_lo = blocks
-    run_errors, errors = _lanes.accumulator(_RUN_LANES), _lanes.accumulator(16)
+    run_errors, errors = _lanes.accumulator(_RUN_LANES), _lanes.accumulator(NVFP4_BLOCK)
     under = over = padding = 0
     k = 0
     while k < nb:
         start, length = starts[k], starts[k + 1] - starts[k]
-        if k + _RUN <= nb and starts[k + _RUN] - start == _RUN * 16:
+        if k + _RUN <= nb and starts[k + _RUN] - start == _RUN * NVFP4_BLOCK:
             # A run of whole blocks in one vector, saturating only where one of their
             # scales is E4M3's largest (clamped high, or rounded up to it).
             largest = scales[k]
@@ -337,20 +349,20 @@ def _nvfp4_of(values, starts, nb, finite, patterns, blocks, tensor_scale, row, p
         else:
             # One block, whole or short (padded with zeros), in the saturating form.
             row[SCALES + exponents[k] - scale_lo] += patterns[k] != 0
-            if length == 16:
+            if length == NVFP4_BLOCK:
                 u, o = _nvfp4_blocks(
                     values, start, 1, finite, True, reciprocals, scales, k, tensor_scale, errors
                 )
             else:
                 _pad(values, start, length, pad)
-                padding += 16 - length
+                padding += NVFP4_BLOCK - length
                 u, o = _nvfp4_blocks(
                     pad, 0, 1, finite, True, reciprocals, scales, k, tensor_scale, errors
                 )
             k += 1
         under += u
         over += o
-    raw = _lanes.accumulated(run_errors, _RUN_LANES) + _lanes.accumulated(errors, 16)
+    raw = _lanes.accumulated(run_errors, _RUN_LANES) + _lanes.accumulated(errors, NVFP4_BLOCK)
     return under - padding, over, raw
 
 

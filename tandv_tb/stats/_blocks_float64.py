@@ -15,7 +15,13 @@ import math
 import numba
 import numpy as np
 
-from tandv_tb.block_formats import NVFP4
+from tandv_tb.formats.blocks import (
+    MX_BLOCK,
+    NVFP4,
+    NVFP4_ELEMENT_MAX,
+    NVFP4_EMIN,
+    NVFP4_MANTISSA_BITS,
+)
 from tandv_tb.stats._bit_ops import bits64, float64_of
 from tandv_tb.stats._block_scales import (
     OVER,
@@ -72,9 +78,9 @@ def _quantize_nvfp4(a, reciprocals, dequanta, unit, errors):
     for i in range(len(a)):
         x = float32(a[i])
         v = np.float64(np.float32(x * reciprocals[i])) if x != 0.0 else 0.0
-        q = _round_element(v, 0, 1)
-        over += q > 6.0
-        q = min(q, 6.0)
+        q = _round_element(v, NVFP4_EMIN, NVFP4_MANTISSA_BITS)
+        over += q > NVFP4_ELEMENT_MAX
+        q = min(q, NVFP4_ELEMENT_MAX)
         under += (q == 0.0) & (a[i] != 0.0)
         errors[i] = (a[i] - q * dequanta[i]) * unit
     return under, over
@@ -115,8 +121,8 @@ def add_chunk(a, starts, nb, table, taken, tensor_scale, exponent, to_units, row
             continue
         rule, size, emax, emin, mant_bits, max_mantissa, scale_lo, _ = table[f]
         row = rows[f]
-        block_starts = starts[0] if size == 32 else starts[1]
-        for k in range(nb[0] if size == 32 else nb[1]):
+        block_starts = starts[0] if size == MX_BLOCK else starts[1]
+        for k in range(nb[0] if size == MX_BLOCK else nb[1]):
             lo, hi = block_starts[k], block_starts[k + 1]
             amax = _largest(a, lo, hi)
             if rule == NVFP4:

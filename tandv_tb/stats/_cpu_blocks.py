@@ -1,4 +1,4 @@
-"""The CPU kernel's block-scaled formats (``tandv_tb.block_formats``): what ``_cpu_kernel``
+"""The CPU kernel's block-scaled formats (``tandv_tb.formats.blocks``): what ``_cpu_kernel``
 calls on one cached chunk of values, and which path takes it.
 
 Chunks begin and end on block boundaries (``_cpu_kernel`` sees to it). A chunk is cut into
@@ -28,7 +28,7 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
-from tandv_tb.block_formats import NVFP4
+from tandv_tb.formats.blocks import LARGEST_BLOCK, MX_BLOCK, NVFP4, NVFP4_BLOCK, SMALLEST_BLOCK
 from tandv_tb.stats import _block_scales, _blocks_exact, _blocks_float32, _blocks_float64
 from tandv_tb.stats._block_scales import OVER, UNDER
 
@@ -46,7 +46,7 @@ def new_scratch(size, row_length, widest, wide):
     """The buffers of ``add_chunk`` for chunks of up to ``size`` values along rows of
     ``row_length``, formats of up to ``widest`` scale exponents, float64 values if
     ``wide``. (The integer path's per-value buffers are made when a chunk needs them.)"""
-    blocks = size // 16 + size // row_length + 2  # a row adds at most one short block
+    blocks = size // SMALLEST_BLOCK + size // row_length + 2  # a row adds at most one short block
     wide_size = size if wide else 0
     return (
         (np.empty(blocks + 1, np.int64), np.empty(blocks + 1, np.int64)),  # starts: 32, 16
@@ -56,7 +56,7 @@ def new_scratch(size, row_length, widest, wide):
         np.empty(blocks, np.float32),  # nvfp4: E4M3 scale
         np.empty(blocks),  # nvfp4 (integer path): dequantization factor
         np.zeros((4, max(widest, 1)), np.int64),  # scale counts, four tables
-        np.empty(32, np.float32),  # a short block, padded
+        np.empty(LARGEST_BLOCK, np.float32),  # a short block, padded
         np.array([_TINY], np.float32),  # read as 0 where subnormal operands are
         (np.empty(wide_size), np.empty(wide_size), np.empty(wide_size), np.empty(wide_size)),
     )
@@ -94,7 +94,7 @@ def _cut_both(n, offset, row_length, table, which, starts):
     none has it)."""
     nb = np.array([-1, -1])
     for f in range(table.shape[0]):
-        size = 0 if table[f, 1] == 32 else 1
+        size = 0 if table[f, 1] == MX_BLOCK else 1
         if nb[size] < 0 and _taken(table[f, 0], which):
             nb[size] = cut(n, offset, row_length, table[f, 1], starts[size])
     return nb
@@ -158,18 +158,20 @@ def _add_chunk_float32(
     flushed = subnormals > 0 and probe[0] == 0.0  # subnormal operands read as 0
     nb = _cut_both(len(values), offset, row_length, table, which, starts)
     if nb[0] >= 0:
-        _blocks_float32.largest_magnitudes(values, starts[0], nb[0], 32, finite, patterns[0])
+        _blocks_float32.largest_magnitudes(values, starts[0], nb[0], MX_BLOCK, finite, patterns[0])
     kept = 0
     if which == BUT_NVFP4 and len(maxima):  # for the second sweep
-        kept = cut(len(values), offset, row_length, 16, starts[1])
-        _blocks_float32.largest_magnitudes(values, starts[1], kept, 16, finite, maxima)
+        kept = cut(len(values), offset, row_length, NVFP4_BLOCK, starts[1])
+        _blocks_float32.largest_magnitudes(values, starts[1], kept, NVFP4_BLOCK, finite, maxima)
     elif which == ALL and nb[1] >= 0:
-        _blocks_float32.largest_magnitudes(values, starts[1], nb[1], 16, finite, patterns[1])
+        _blocks_float32.largest_magnitudes(
+            values, starts[1], nb[1], NVFP4_BLOCK, finite, patterns[1]
+        )
     for f in range(table.shape[0]):
         rule, size, _, _, _, _, scale_lo, _ = table[f]
         if not _taken(rule, which):
             continue
-        s = 0 if size == 32 else 1
+        s = 0 if size == MX_BLOCK else 1
         block_starts, block_patterns, n_blocks, row = starts[s], patterns[s], nb[s], rows[f]
         if which == ONLY_NVFP4:
             block_patterns = maxima
@@ -222,7 +224,7 @@ def _add_chunk_bfloat16(
     starts, _, exponents, first, second, dequanta, _, pad, probe = scratch[:9]
     exponent, to_units = _chunk_units(largest, 23, 127, sums, units)
     flushed = subnormals > 0 and probe[0] == 0.0  # subnormal operands read as 0
-    n_blocks = cut(len(values), offset, row_length, 16, starts[1])
+    n_blocks = cut(len(values), offset, row_length, NVFP4_BLOCK, starts[1])
     for f in range(table.shape[0]):
         if table[f, 0] != NVFP4:
             continue

@@ -31,8 +31,9 @@ import os
 import numba
 import numpy as np
 
-from tandv_tb import block_formats
-from tandv_tb import formats as fmt
+from tandv_tb.formats import info
+from tandv_tb.formats.blocks import LARGEST_BLOCK, NVFP4, NVFP4_BLOCK
+from tandv_tb.formats.kernel_tables import block_table, threshold_bits
 from tandv_tb.stats import _block_scales, _cpu_blocks
 from tandv_tb.stats._bit_ops import (
     _same_width_add,
@@ -67,7 +68,7 @@ _FLOAT32_SIGN_MASK, _FLOAT32_INF = np.int32(0x7FFFFFFF), np.int32(0x7F800000)
 _FLOAT64_MASKS = (np.int64(0x7FFFFFFFFFFFFFFF), np.int64(0x7FF0000000000000))
 #: Values per block of the largest block-scaled format: the array's blocks begin on a
 #: multiple of it within a row.
-_SCALE_BLOCK = 32
+_SCALE_BLOCK = LARGEST_BLOCK
 
 
 @numba.njit(cache=True, nogil=True)
@@ -369,7 +370,7 @@ def _new_sums(inf_bits, mant_bits, n_bins, n_formats, table, n, row_length, defe
     # blocks' maxima end in ``maxima`` (float32 only; a block of 16 a 16 values, and at
     # most one short block more a row or part of a row).
     deferred_blocks = np.empty((2 * (n // _BLOCK) + 2 if deferred else 0, 5), np.int64)
-    n_maxima = n // 16 + n // row_length + 3 if deferred and mant_bits == 23 else 0
+    n_maxima = n // NVFP4_BLOCK + n // row_length + 3 if deferred and mant_bits == 23 else 0
     maxima = np.empty(n_maxima, np.int32)
     blocks = (rows, block_sums, units, scratch, deferred_blocks, maxima)
     return keys, totals, counts, casts, running, extremes, blocks
@@ -553,7 +554,7 @@ def needs_amax(table):
     before its values (nvfp4's per-tensor scale does). A loop: numba has no ``any`` of a
     generator."""
     for f in range(table.shape[0]):  # noqa: SIM110
-        if table[f, 0] == block_formats.NVFP4:
+        if table[f, 0] == NVFP4:
             return True
     return False
 
@@ -694,39 +695,12 @@ def _widen(patterns, lo, hi, keys_bits):
 
 
 @functools.cache
-def threshold_bits(dtype: str, formats: tuple[str, ...], wide: bool) -> np.ndarray:
-    """The cast thresholds of ``formats`` as bit patterns of the compute dtype (float32, or
-    float64 when ``wide``); the last column is 1 where 0 itself overflows. Read-only."""
-    compute = (np.float64, np.int64) if wide else (np.float32, np.int32)
-    table = np.zeros((len(formats), 7), np.int64)
-    with fmt.gradual_underflow():
-        for row, name in enumerate(formats):
-            values = fmt.cast_thresholds(dtype, name).as_row()
-            table[row, :6] = np.array(values[:6], dtype=compute[0]).view(compute[1])
-            table[row, 6] = int(values[6])
-    table.flags.writeable = False
-    return table
-
-
-@functools.cache
-def block_table(dtype: str, formats: tuple[str, ...]) -> np.ndarray:
-    """The block formats among ``formats`` as the kernel reads them
-    (``BlockFormat.kernel_row``). Read-only."""
-    info = fmt.info(dtype)
-    names = fmt.split_formats(formats)[1]
-    table = block_formats.kernel_table(names, info.min_exponent, info.max_exponent)
-    table.flags.writeable = False
-    return table
-
-
-@functools.cache
 def _layout(dtype: str, formats: tuple[str, ...]) -> tuple[int, int, np.ndarray, np.ndarray]:
     """The kernel's arguments after the array: the histogram's lowest exponent and bins,
-    the element formats' thresholds and the block formats' table."""
-    info = fmt.info(dtype)
-    elements = fmt.split_formats(formats)[0]
-    thresholds = threshold_bits(dtype, elements, dtype == "float64")
-    return info.min_exponent, info.n_bins, thresholds, block_table(dtype, formats)
+    the element formats' thresholds and the block formats' table (``kernel_tables``)."""
+    dtype_info = info(dtype)
+    thresholds = threshold_bits(dtype, formats, dtype == "float64")
+    return dtype_info.min_exponent, dtype_info.n_bins, thresholds, block_table(dtype, formats)
 
 
 def compute_cpu(

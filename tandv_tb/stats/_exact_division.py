@@ -1,6 +1,7 @@
 """Correctly rounded float32 division out of integer operations, for jax on accelerators.
 
-nvfp4's scales are defined by float32 divisions rounded to nearest even (``block_formats``).
+nvfp4's scales are defined by float32 divisions rounded to nearest even
+(``tandv_tb.formats.blocks``).
 XLA's GPU backend divides float32 with an approximate instruction (``div.full.f32``: about
 one in four quotients one ulp off; openxla/xla#37181), and a quotient one ulp off moves a
 block's scale across 448 or across an E4M3 rounding boundary. So the array kernel divides

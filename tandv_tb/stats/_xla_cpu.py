@@ -35,7 +35,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from tandv_tb import formats as fmt
+from tandv_tb.formats import info
+from tandv_tb.formats.kernel_tables import BLOCK_ROW, THRESHOLD_ROW, block_table, threshold_bits
 from tandv_tb.stats import _cpu_kernel
 from tandv_tb.stats.tensor_stats import engine_layout
 
@@ -58,6 +59,8 @@ _BUFFER_DTYPE, _BUFFER_DATA, _BUFFER_DIMS, _BUFFER_WORDS = 2, 3, 5, 6
 _METADATA_VERSION_SIZE, _METADATA_MAJOR, _METADATA_MINOR, _METADATA_TRAITS = 2, 6, 7, 8
 #: sizeof(XLA_FFI_Api_Version), in bytes.
 _VERSION_BYTES = 24
+#: The columns of the formats' tables (``kernel_tables``).
+_THRESHOLD_COLUMNS, _BLOCK_COLUMNS = len(THRESHOLD_ROW), len(BLOCK_ROW)
 
 
 @intrinsic
@@ -129,12 +132,16 @@ def _handler(frame_pointer, float_type, int_type, summarise):
     values = numba.carray(_pointer(source[_BUFFER_DATA]), (n,), float_type)
     table = _words(arguments[1], _BUFFER_WORDS)
     n_formats = _words(table[_BUFFER_DIMS], 2)[0]
-    thresholds = np.empty((n_formats, 7), np.int64)
-    thresholds[:] = numba.carray(_pointer(table[_BUFFER_DATA]), (n_formats, 7), int_type)
+    thresholds = np.empty((n_formats, _THRESHOLD_COLUMNS), np.int64)
+    thresholds[:] = numba.carray(
+        _pointer(table[_BUFFER_DATA]), (n_formats, _THRESHOLD_COLUMNS), int_type
+    )
     blocks_buffer = _words(arguments[2], _BUFFER_WORDS)
     n_blocks = _words(blocks_buffer[_BUFFER_DIMS], 2)[0]
-    blocks = np.empty((n_blocks, 8), np.int64)
-    blocks[:] = numba.carray(_pointer(blocks_buffer[_BUFFER_DATA]), (n_blocks, 8), np.int32)
+    blocks = np.empty((n_blocks, _BLOCK_COLUMNS), np.int64)
+    blocks[:] = numba.carray(
+        _pointer(blocks_buffer[_BUFFER_DATA]), (n_blocks, _BLOCK_COLUMNS), np.int32
+    )
     layout_buffer = _words(arguments[3], _BUFFER_WORDS)
     layout = numba.carray(_pointer(layout_buffer[_BUFFER_DATA]), (3,), np.int32)
     hist_lo, n_bins, row_length = np.int64(layout[0]), np.int64(layout[1]), np.int64(layout[2])
@@ -233,12 +240,11 @@ def compute(values, dtype: str, formats: tuple[str, ...], row_length: int = 1):
         jax.ShapeDtypeStruct((n_counts,), jnp.int64 if wide else jnp.int32),
         jax.ShapeDtypeStruct((n_moments,), jnp.float64 if wide else jnp.float32),
     )
-    elements = fmt.split_formats(formats)[0]
-    thresholds = _cpu_kernel.threshold_bits(dtype, elements, compute_dtype == "float64")
+    thresholds = threshold_bits(dtype, formats, compute_dtype == "float64")
     if compute_dtype == "float32":
         thresholds = thresholds.astype(np.int32)
-    blocks = _cpu_kernel.block_table(dtype, formats).astype(np.int32)
-    info = fmt.info(dtype)
-    layout = np.array([info.min_exponent, info.n_bins, max(row_length, 1)], np.int32)
+    blocks = block_table(dtype, formats).astype(np.int32)
+    dtype_info = info(dtype)
+    layout = np.array([dtype_info.min_exponent, dtype_info.n_bins, max(row_length, 1)], np.int32)
     call = jax.ffi.ffi_call(f"tandv_stats_{compute_dtype}", shapes, vmap_method="sequential")
     return call(jax.lax.stop_gradient(values), thresholds, blocks, layout)

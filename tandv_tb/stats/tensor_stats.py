@@ -22,7 +22,6 @@ import math
 
 import numpy as np
 
-from tandv_tb import block_formats
 from tandv_tb import formats as fmt
 from tandv_tb.disk.record import COUNTS, STATISTICS, BlockCounts, NumericsRecord, TensorCounts
 
@@ -58,7 +57,7 @@ class TensorStats(TensorCounts):
 
     hist_lo: int
     hist: np.ndarray
-    formats: tuple[str, ...]
+    formats: tuple[fmt.Format, ...]
     underflow: np.ndarray
     overflow: np.ndarray
     moments: dict[str, float]
@@ -68,9 +67,10 @@ class TensorStats(TensorCounts):
 
     @classmethod
     def unpack(
-        cls, dtype: str, formats: tuple[str, ...], counts: np.ndarray, moments: np.ndarray
+        cls, dtype: str, formats: tuple[fmt.Format, ...], counts: np.ndarray, moments: np.ndarray
     ) -> TensorStats:
-        """Decode the engine's vectors (``engine_layout`` gives their lengths)."""
+        """Decode the engine's vectors (``engine_layout`` gives their lengths) for the
+        ``formats`` of ``check_formats``."""
         info = fmt.info(dtype)
         counts = np.asarray(counts, dtype=np.int64)
         moments = np.asarray(moments, np.float64)
@@ -186,22 +186,22 @@ def _merge_moments(a: TensorStats, b: TensorStats) -> dict[str, float]:
 
 def _unpack_blocks(
     info: fmt.FormatInfo,
-    formats: tuple[str, ...],
+    formats: tuple[fmt.Format, ...],
     casts: np.ndarray,
     counts: np.ndarray,
     moments: np.ndarray,
 ) -> dict[str, BlockCounts]:
     blocks = {}
-    names = fmt.split_formats(formats)[1]
-    first = len(formats) - len(names)
+    blocks_of = fmt.split_formats(formats)[1]
+    first = len(formats) - len(blocks_of)
     at = 0
-    for k, name in enumerate(names):
-        lo, n = _scale_range(info, name)
+    for k, block in enumerate(blocks_of):
+        lo, n = block.scale_range(info.min_exponent, info.max_exponent)
         fields = counts[at : at + len(BLOCK_COUNTS)].tolist()
         scales = counts[at + len(BLOCK_COUNTS) : at + len(BLOCK_COUNTS) + n].copy()
         at += len(BLOCK_COUNTS) + n
         exponent, signal, error = moments[len(BLOCK_MOMENTS) * k : len(BLOCK_MOMENTS) * (k + 1)]
-        blocks[name] = BlockCounts(
+        blocks[block] = BlockCounts(
             int(casts[2 * (first + k)]),
             int(casts[2 * (first + k) + 1]),
             *fields,
@@ -214,14 +214,12 @@ def _unpack_blocks(
     return blocks
 
 
-def _scale_range(info: fmt.FormatInfo, name: str) -> tuple[int, int]:
-    return block_formats.block_format(name).scale_range(info.min_exponent, info.max_exponent)
-
-
-def engine_layout(dtype: str, formats: tuple[str, ...]) -> tuple[int, int]:
+def engine_layout(dtype: str, formats: tuple[fmt.Format, ...]) -> tuple[int, int]:
     """Lengths of the engine's count and moment vectors for a dtype and formats."""
     info = fmt.info(dtype)
     blocks = fmt.split_formats(formats)[1]
-    block_counts = sum(len(BLOCK_COUNTS) + _scale_range(info, b)[1] for b in blocks)
+    block_counts = sum(
+        len(BLOCK_COUNTS) + b.scale_range(info.min_exponent, info.max_exponent)[1] for b in blocks
+    )
     n_counts = len(COUNTS) + info.n_bins + 2 * len(formats) + block_counts
     return n_counts, len(MOMENTS) + len(BLOCK_MOMENTS) * len(blocks)

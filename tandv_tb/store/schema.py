@@ -21,11 +21,20 @@
 from __future__ import annotations
 
 from tandv_tb.disk.record import COUNTS, STATISTICS
-from tandv_tb.disk.summary import BLOCK_HEAD
+from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat
 
 #: Bump when the tables or their stored order change: a store of another version is
 #: rebuilt, never misread.
 SCHEMA_VERSION = 7
+
+#: The SQL types of the columns a format holds per record (``Format.columns``): counts but
+#: these.
+_FORMAT_COLUMN_TYPES = {"exponent": "INTEGER", "signal": "DOUBLE", "error": "DOUBLE"}
+
+
+def _typed(columns: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{name} {_FORMAT_COLUMN_TYPES.get(name, 'BIGINT')}" for name in columns)
+
 
 #: Every table, with its columns in stored order.
 #: The first columns of the tables with a row per record and format (casts, blocks, scales).
@@ -84,19 +93,8 @@ TABLES: dict[str, tuple[str, ...]] = {
         "wall_time DOUBLE",
         "value DOUBLE",
     ),
-    "casts": (
-        *_PER_FORMAT,
-        "underflow BIGINT",
-        "overflow BIGINT",
-    ),
-    "blocks": (
-        *_PER_FORMAT,
-        *(f"{count} BIGINT" for count in BLOCK_HEAD),
-        "total_blocks BIGINT",
-        "exponent INTEGER",
-        "signal DOUBLE",
-        "error DOUBLE",
-    ),
+    CASTS: (*_PER_FORMAT, *_typed(ElementFormat.columns)),
+    BLOCKS: (*_PER_FORMAT, *_typed(BlockFormat.columns)),
     "block_scales": (
         *_PER_FORMAT,
         "scale_exponent INTEGER",
@@ -114,9 +112,6 @@ FILE_ROWS = tuple(
 
 #: The scalar columns of ``records`` a read may ask for (``step`` and ``tag_id`` always come).
 RECORD_COLUMNS = ("dtype_code", *COUNTS, *STATISTICS, "wall_time")
-#: The columns of ``casts`` and ``blocks`` read per record and format.
-CAST_COLUMNS = ("underflow", "overflow")
-BLOCK_COLUMNS = (*BLOCK_HEAD, "total_blocks", "exponent", "signal", "error")
 
 
 def create_tables(connection) -> None:

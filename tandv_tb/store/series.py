@@ -16,17 +16,23 @@ import numpy as np
 
 from tandv_tb.disk import metadata
 from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.formats import Format, as_format
 
 
 @dataclasses.dataclass(frozen=True)
 class Needs:
     """What a computation reads: scalar columns (of ``COUNTS``, ``STATISTICS``,
-    ``dtype_code``, ``wall_time``), the exact casts of a format, and whether the bins are
-    needed where that format was not recorded (to estimate it)."""
+    ``dtype_code``, ``wall_time``), the columns a format holds where it was recorded
+    (``Format.columns``), and whether the bins are needed where that format was not
+    recorded (to estimate it). A format given by name becomes its value."""
 
     columns: tuple[str, ...] = ()
-    format: str | None = None
+    format: Format | None = None
     bins: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format is not None:
+            object.__setattr__(self, "format", as_format(self.format))
 
     def __or__(self, other: Needs) -> Needs:
         return Needs(
@@ -48,11 +54,12 @@ class Bins:
 
 class StepColumns:
     """Columns over the held steps, by name: counts, statistics, ``dtype_code`` and the
-    exact casts of a recorded format (``underflow:F``, ``overflow:F``)."""
+    columns of a recorded format (``Format.columns``, under ``Format.column_key``: the
+    exact casts of an element format, a block format's counts and sums)."""
 
     steps: np.ndarray  # int64[S]
     columns: dict[str, np.ndarray]
-    formats: tuple[str, ...]  # the formats recorded exactly
+    formats: tuple[Format, ...]  # the formats recorded exactly
 
     def column(self, name: str) -> np.ndarray:
         found = self.columns.get(name)
@@ -72,9 +79,13 @@ class StepColumns:
     def dtype_codes(self) -> np.ndarray:
         return self.column("dtype_code")
 
-    def casts(self, format_name: str) -> tuple[np.ndarray, np.ndarray]:
+    def format_column(self, format: Format | str, name: str) -> np.ndarray:
+        """One of ``format``'s columns (``Format.columns``), where it was read."""
+        return self.column(as_format(format).column_key(name))
+
+    def casts(self, format: Format | str) -> tuple[np.ndarray, np.ndarray]:
         """Exact (underflow, overflow) of a recorded format."""
-        return self.column(f"underflow:{format_name}"), self.column(f"overflow:{format_name}")
+        return self.format_column(format, "underflow"), self.format_column(format, "overflow")
 
 
 @dataclasses.dataclass
@@ -82,7 +93,7 @@ class LayerSeries(StepColumns):
     """The held steps of one tag, ascending (one row per step), with the columns read."""
 
     name: str  # the layer's name (the tag's, where the store does not know the tag)
-    formats: tuple[str, ...]
+    formats: tuple[Format, ...]
     steps: np.ndarray  # int64[S]
     columns: dict[str, np.ndarray]  # name -> [S]
     bins: Bins | None = None  # where read (rows that need an estimate)
@@ -105,12 +116,12 @@ class LayerSeries(StepColumns):
         columns.update({s: np.array([record.statistics[s]]) for s in STATISTICS})
         columns["dtype_code"] = np.array([metadata.DTYPE_CODES.index(record.dtype)])
         for name in info.formats:
-            columns[f"underflow:{name}"] = np.array([record.underflow[name]], dtype=np.int64)
-            columns[f"overflow:{name}"] = np.array([record.overflow[name]], dtype=np.int64)
+            for side, counts in (("underflow", record.underflow), ("overflow", record.overflow)):
+                columns[name.column_key(side)] = np.array([counts[name]], dtype=np.int64)
         counts = np.asarray(record.counts, dtype=np.int64)
         bins = Bins(np.array([record.bins_lo]), np.array([0, len(counts)]), counts)
         steps = np.array([step], dtype=np.int64)
-        return cls(info.name, tuple(info.formats), steps, columns, bins)
+        return cls(info.name, info.formats, steps, columns, bins)
 
 
 @dataclasses.dataclass
@@ -118,7 +129,7 @@ class LayerGrid(StepColumns):
     """Tags that hold the same steps, and the same recorded formats: each column a
     [tags, steps] matrix, rows in the order the tags were asked for."""
 
-    formats: tuple[str, ...]
+    formats: tuple[Format, ...]
     steps: np.ndarray  # int64[S]
     columns: dict[str, np.ndarray]  # name -> [T, S]
 

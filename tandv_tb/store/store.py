@@ -22,12 +22,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tandv_tb import block_formats
 from tandv_tb.disk.locations import StorageError
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, decode_tensor
+from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat, Format
 from tandv_tb.store.database import Database
 from tandv_tb.store.held import HeldColumns
 from tandv_tb.store.layout import HeldLayout
@@ -36,7 +36,6 @@ from tandv_tb.store.reader import Reader
 from tandv_tb.store.reader_process import ReaderProcess
 from tandv_tb.store.rows import Rows
 from tandv_tb.store.run_ids import RunIds
-from tandv_tb.store.schema import BLOCK_COLUMNS, CAST_COLUMNS
 from tandv_tb.store.series import (
     Bins,
     BlockHistory,
@@ -216,17 +215,23 @@ class NumericsStore:
         one per (tag, step), and their stored vectors if asked (``reader.Reader.rows``)."""
         return self._reader.rows(run, tag_ids, columns, vectors=vectors, steps=steps)
 
+    def per_format(self, run: str, format: Format, tags: dict[int, int]) -> Rows:
+        """The columns of ``format`` (``Format.columns``: an element format's exact
+        (underflow, overflow); a block format's ``record.BlockCounts`` counts,
+        ``total_blocks`` and the error's ``exponent``, ``signal`` and ``error``) at every
+        record of the tags, given as ``{tag_id: its position in that tag's section}``
+        (``TagInfo.position``)."""
+        return self._reader.per_format(run, format.section, tags, format.columns)
+
     def casts(self, run: str, tags: dict[int, int]) -> Rows:
-        """Exact (underflow, overflow) of one format at every record of the tags, given as
-        ``{tag_id: the format's index in that tag's formats}``."""
-        return self._reader.per_format(run, "casts", tags, CAST_COLUMNS)
+        """``per_format`` of one element format, given by its position in each tag's
+        ``formats``."""
+        return self._reader.per_format(run, CASTS, tags, ElementFormat.columns)
 
     def blocks(self, run: str, tags: dict[int, int]) -> Rows:
-        """What one block-scaled format does at every record of the tags, given as
-        ``{tag_id: the format's index in that tag's block_formats}``: the columns
-        ``BLOCK_COLUMNS`` (``record.BlockCounts``' counts, ``total_blocks``, and the
-        error's ``exponent``, ``signal`` and ``error``)."""
-        return self._reader.per_format(run, "blocks", tags, BLOCK_COLUMNS)
+        """``per_format`` of one block-scaled format, given by its position in each tag's
+        ``block_formats``."""
+        return self._reader.per_format(run, BLOCKS, tags, BlockFormat.columns)
 
     def block_scales(
         self, run: str, tag_id: int, format_index: int
@@ -260,10 +265,16 @@ class NumericsStore:
         layout, columns = self._held.read(run, version, present, needs.columns)
         per_format = estimated = None
         if needs.format is not None:
-            table, recorded, estimated = _recorded(known, needs.format)
+            recorded, estimated = _recorded(known, needs.format)
             if recorded:
                 per_format = self._held.per_format(
-                    run, version, present, table, recorded, TABLE_COLUMNS[table], layout
+                    run,
+                    version,
+                    present,
+                    needs.format.section,
+                    recorded,
+                    needs.format.columns,
+                    layout,
                 )
         vectors = (
             self._reader.rows(run, estimated, (), vectors=True)
@@ -284,41 +295,41 @@ class NumericsStore:
         known = [_usable(stored, tag) for tag in tags]
         if not known or any(found is None for found in known):
             return None
-        block = needs.format is not None and block_formats.is_block_format(needs.format)
-        kinds = {info.block_formats if block else info.formats for _, info, _ in known}
+        wanted = needs.format
+        section = CASTS if wanted is None else wanted.section
+        kinds = {info.in_section(section) for _, info, _ in known}
         common = next(iter(kinds)) if len(kinds) == 1 else ()
-        if needs.format is not None and needs.format not in common:
+        if wanted is not None and wanted not in common:
             return None
         present = [tag_id for tag_id, _, _ in known]
         version = self.version(run)
         layout, columns = self._held.read(run, version, present, needs.columns)
         if layout.grid is None:
             return None
-        if needs.format is not None:
-            table = "blocks" if block else "casts"
-            index = dict.fromkeys(present, common.index(needs.format))
+        if wanted is not None:
+            index = dict.fromkeys(present, common.index(wanted))
             found = self._held.per_format(
-                run, version, present, table, index, TABLE_COLUMNS[table], layout
+                run, version, present, section, index, wanted.columns, layout
             )
             if not isinstance(found, dict):
                 return None
-            columns = {**columns, **{f"{k}:{needs.format}": v for k, v in found.items()}}
+            columns = {**columns, **{wanted.column_key(k): v for k, v in found.items()}}
         rows = [layout.grid.row_of[tag_id] for tag_id in present]
         if rows != list(range(len(rows))):  # tags not in the order of their ids
             columns = {name: values[rows] for name, values in columns.items()}
-        info = known[0][1]
-        formats = (*info.formats, *info.block_formats) if len(kinds) == 1 else ()
-        return LayerGrid(tuple(common if needs.format else formats), layout.grid.steps, columns)
+        if wanted is None:
+            common = known[0][1].recorded if len(kinds) == 1 else ()
+        return LayerGrid(common, layout.grid.steps, columns)
 
-    def block_history(self, run: str, tag: str, format_name: str) -> BlockHistory | None:
-        """Every held step of what the block format ``format_name`` does to ``tag``; None
-        where the tag did not record it (or the store does not hold the tag)."""
+    def block_history(self, run: str, tag: str, format: BlockFormat) -> BlockHistory | None:
+        """Every held step of what the block format ``format`` does to ``tag``; None where
+        the tag did not record it (or the store does not hold the tag)."""
         found = _usable(self.tags(run), tag)
-        if found is None or format_name not in found[1].block_formats:
+        index = None if found is None else found[1].position(format)
+        if index is None:
             return None
-        tag_id, info, _ = found
-        index = info.block_formats.index(format_name)
-        rows = self.blocks(run, {tag_id: index})
+        tag_id = found[0]
+        rows = self.per_format(run, format, {tag_id: index})
         steps, exponents, counts = self.block_scales(run, tag_id, index)
         lo = int(exponents.min()) if len(exponents) else 0
         width = int(exponents.max()) - lo + 1 if len(exponents) else 0
@@ -351,29 +362,23 @@ def _usable(stored: StoredTags, tag: str) -> tuple[int, TagInfo, int] | None:
     return found if found is not None and found[1] is not None else None
 
 
-#: The columns read per record and format, by table.
-TABLE_COLUMNS = {"casts": CAST_COLUMNS, "blocks": BLOCK_COLUMNS}
-
-
 def _recorded(
-    known: list[tuple[int, TagInfo, int] | None], format_name: str
-) -> tuple[str, dict[int, int], list[int]]:
-    """Where the tags hold ``format_name``: its table (``casts``, or ``blocks`` for a
-    block-scaled format), ``{tag_id: its index in the tag's formats}`` of the tags that
-    recorded it, and the tags whose casts are to be estimated (an element format they did
-    not record; a block format is never estimated)."""
-    block = block_formats.is_block_format(format_name)
+    known: list[tuple[int, TagInfo, int] | None], format: Format
+) -> tuple[dict[int, int], list[int]]:
+    """Where the tags hold ``format``: ``{tag_id: its position in the tag's section}`` of
+    the tags that recorded it, and the tags whose casts are to be estimated (where it is
+    ``estimable`` and they did not record it)."""
     recorded, estimated = {}, []
     for found in known:
         if found is None:
             continue
         tag_id, info, _ = found
-        listed = info.block_formats if block else info.formats
-        if format_name in listed:
-            recorded[tag_id] = listed.index(format_name)
-        elif not block:
+        position = info.position(format)
+        if position is not None:
+            recorded[tag_id] = position
+        elif format.estimable:
             estimated.append(tag_id)
-    return ("blocks" if block else "casts"), recorded, estimated
+    return recorded, estimated
 
 
 def _layer(
@@ -383,7 +388,7 @@ def _layer(
     columns: dict[str, np.ndarray],
     per_format: dict[str, np.ndarray] | Rows | None,
     vectors: Rows | None,
-    format_name: str | None,
+    format: Format | None,
 ) -> LayerSeries:
     """One tag's ``LayerSeries`` out of the columns read for several tags."""
     if found is None:  # -1: no tag's id, no rows
@@ -392,20 +397,20 @@ def _layer(
     tag_id, info, malformed = found
     series = LayerSeries(
         info.name,
-        (*info.formats, *info.block_formats),
+        info.recorded,
         layout.steps_of(tag_id),
         {name: layout.part(values, tag_id) for name, values in columns.items()},
         skipped_steps=malformed,
     )
-    if format_name is None:
+    if format is None:
         return series
-    if format_name in series.formats and per_format is not None:
+    if format in series.formats and per_format is not None:
         if isinstance(per_format, dict):
             parts = {k: layout.part(v, tag_id) for k, v in per_format.items()}
         else:
             first, last = per_format.index.bounds(tag_id)
             parts = {k: v[first:last] for k, v in per_format.columns.items()}
-        series.columns.update({f"{k}:{format_name}": v for k, v in parts.items()})
+        series.columns.update({format.column_key(k): v for k, v in parts.items()})
     elif vectors is not None:
         series.bins = _bins(vectors, tag_id, len(info.formats), len(info.block_formats))
     return series

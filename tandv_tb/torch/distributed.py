@@ -18,7 +18,7 @@ sees it in the sum's first value, the ranks exchange their lists once
 (``all_gather_object``), extend the layout identically, and send the step again. Sizes
 therefore always match: a collective of mismatched sizes would abort the process.
 
-Block-scaled formats (``tandv_tb.block_formats``) also need each tensor's block scales and
+Block-scaled formats (``tandv_tb.formats.blocks``) also need each tensor's block scales and
 quantization error, whose ranges differ from rank to rank: where they are recorded, the
 ranks' ``BlockCounts`` travel in one more collective (``all_gather_object``) and rank 0
 merges them in rank order (``BlockCounts.merge``, exact: counts add, the error sums are

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import re
 
-from tandv_tb import block_formats, formats
+from tandv_tb import formats
+from tandv_tb.formats import blocks as block_formats
 
 SPLIT_BY_RUN_ONLY = {"loss_spike", "divergence"}
 

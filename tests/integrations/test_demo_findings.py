@@ -14,8 +14,8 @@ import shutil
 import pytest
 
 import tandv_tb
-from tandv_tb.block_formats import is_block_format
 from tandv_tb.diagnosis.cli import FOLD_HINT
+from tandv_tb.formats.blocks import is_block_format
 from tests.helpers.demo_logdir import TORCH_RUNS, short_demo
 from tests.helpers.findings_cli import cli, cli_json
 from tests.helpers.findings_groups import check_groups, format_named

@@ -14,7 +14,7 @@ import urllib.parse
 import numpy as np
 import pytest
 
-from tandv_tb import block_formats
+from tandv_tb.formats import blocks as block_formats
 from tandv_tb.frame import read_frame
 from tandv_tb.stats import tensor_stats
 from tandv_tb.writer import NumericsWriter
