@@ -2,8 +2,9 @@
 
 Modules: ``tracker`` (``track``, the step cycle), ``options`` (``track``'s options,
 checked), ``hooks`` (module outputs and their gradients), ``inputs`` (module inputs and
-their gradients), ``attaching`` (any tensor in a forward), ``graph_op`` (the operator the
-hooks put into ``torch.compile``'s graphs), ``parameters`` (weights, weight gradients,
+their gradients), ``attaching`` (any tensor in a forward), ``compiled`` (what
+``torch.compile`` needs: the operator the hooks put into its graphs, the rule for what a
+step does with a tensor, when compiled code is dropped), ``parameters`` (weights, weight gradients,
 optimizer state), ``recorder`` (statistics started on the tensor's device), ``memo`` (a
 tensor seen twice in a step), ``distributed`` (combining ranks), ``watch`` (NaN/Inf on
 every step), ``naming`` and ``skips``. What the JAX tracker shares is in
@@ -12,8 +13,9 @@ every step), ``naming`` and ``skips``. What the JAX tracker shares is in
 """
 
 from tandv_tb.torch.attaching import attach
+from tandv_tb.torch.compiled import CompiledBeforeTrackWarning
 from tandv_tb.torch.skips import UntrackableTensorWarning
-from tandv_tb.torch.tracker import CompiledBeforeTrackWarning, Tracker, is_tracked, track
+from tandv_tb.torch.tracker import Tracker, is_tracked, track
 
 __all__ = [
     "CompiledBeforeTrackWarning",

@@ -4,7 +4,7 @@ A tracker registers itself here while it takes tensors: during its tracked steps
 every step while its watch is on (an attached tensor is then checked for NaN/Inf as module
 outputs are). ``attach`` first reads one module-level int, so outside a tracker it costs a
 global lookup and a comparison. Under ``torch.compile`` that int is a guard of the compiled
-graph, and a traced ``attach`` hands the tensor to the graph's operator (``graph_op``) with
+graph, and a traced ``attach`` hands the tensor to the graph's operator (``compiled``) with
 no graph break: its name is decided while tracing.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tandv_tb.torch import graph_op, naming
+from tandv_tb.torch import compiled, naming
 from tandv_tb.torch.skips import untrackable_reason
 from tandv_tb.tracking import SkipLog
 
@@ -43,7 +43,7 @@ def attach(tensor: torch.Tensor, name: str, module: nn.Module | None = None) -> 
     """
     if _active_count:
         compiling = torch.compiler.is_compiling()
-        if compiling and not graph_op.HOOKS_IN_GRAPH:
+        if compiling and not compiled.HOOKS_IN_GRAPH:
             return tensor
         for sink in _sinks:
             if compiling:
@@ -134,12 +134,12 @@ class Attachments:
         return f"{path}.{name}"
 
 
-@graph_op.constant_in_graph
+@compiled.constant_in_graph
 def _traced_name(sink: Attachments, name: object, module: nn.Module | None) -> str | None:
     return sink._name(name, module)
 
 
-@graph_op.constant_in_graph
+@compiled.constant_in_graph
 def _traced_skip(sink: Attachments, name: str, reason: str) -> None:
     sink._skips.skip(name, "Activation", reason)
 

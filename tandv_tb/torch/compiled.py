@@ -1,28 +1,47 @@
-"""The tracker inside ``torch.compile``: one operator of PyTorch's graph, ``tandv_tb::observe``.
+"""What ``torch.compile`` needs of the tracker, in one place: the operator its hooks put
+into compiled graphs, the rule for what a step does with a tensor, and when compiled code
+is dropped.
 
-Under ``torch.compile`` dynamo traces the tracker's hooks into the model's graph (forward
-hooks, forward pre-hooks, ``attach``). There a hook calls ``observe``: a custom operator
-(``torch.library.custom_op``) whose fake implementation returns nothing, so dynamo and
-inductor trace it with no graph break, registered as an ordered effect, so that inductor
-neither drops it (nobody reads what it returns) nor reorders it (tensors arrive in
-execution order). At run time the operator hands its real tensor to the tracker that put
-the hook on (a ``Receiver`` registered here under an int key the graph holds as a
-constant), which computes its statistics on the tensor's own device (the CPU kernel, or
-the branch-free array kernel elsewhere) and keeps them there until ``step()``, as an eager
-hook does; on a step it does not track it checks the tensor for NaN/Inf instead.
-
-Which of the two the operator does is decided when it runs, so tracked and untracked
-steps run one compiled graph whenever the watch is on. Without the watch an untracked step
-needs no operator at all: the hooks read a bool (``emitting``) that dynamo guards on, and
-the graph without operators is a second variant, compiled once.
+- **The operator** ``tandv_tb::observe``. Under ``torch.compile`` dynamo traces the
+  tracker's hooks into the model's graph (forward hooks, forward pre-hooks, ``attach``).
+  There a hook calls ``observe``: a custom operator (``torch.library.custom_op``) whose fake
+  implementation returns nothing, so dynamo and inductor trace it with no graph break,
+  registered as an ordered effect, so that inductor neither drops it (nobody reads what it
+  returns) nor reorders it (tensors arrive in execution order). At run time the operator
+  hands its real tensor to the tracker that put the hook on (a ``Receiver`` registered
+  here under an int key the graph holds as a constant: ``CompiledTracking.receive``).
+- **The rule** (``StepTensors``): a tensor is recorded on a tracked step (its statistics
+  computed on its own device and kept there until ``step()``), checked for NaN/Inf on
+  another where the watch is on, and the forward tensors of a checkpointed forward
+  recomputed inside the backward are not taken again (``recomputing``). Eager hooks,
+  ``attach`` and the operator all take tensors through it. Which of the two the operator
+  does is decided when it runs, so tracked and untracked steps run one compiled graph
+  whenever the watch is on. Without the watch an untracked step needs no operator at all:
+  the hooks read a bool (``emitting``, from ``StepTensors.taking``) that dynamo guards on,
+  and the graph without operators is a second variant, compiled once.
+- **Dropping compiled code** (``drop_compiled_code``, the one call of
+  ``torch.compiler.reset``): dynamo does not guard on module hooks, so code compiled
+  before ``track`` does not see them, and code traced with them still calls the operator
+  after ``close``. ``CompiledTracking`` drops it at ``track`` (a compiled model), at the
+  first tracked step (code that predates the hooks: ``CompiledBeforeTrackWarning``) and at
+  ``close``.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
 
 import torch
+from torch import nn
+
+from tandv_tb.orders import Orders
+from tandv_tb.torch import naming
+from tandv_tb.torch.options import TorchOptions
+from tandv_tb.torch.parameters import Named, Parameters
+from tandv_tb.torch.recorder import Recorder
+from tandv_tb.torch.watch import Watch
 
 #: Whether dynamo traces the tracker's hooks into compiled graphs. Tested on torch 2.13;
 #: torch 2.11's dynamo stops with an internal error on them (a CUDA machine's run of
@@ -105,3 +124,222 @@ def constant_in_graph(function: Callable) -> Callable:
     """``function`` evaluated once while dynamo traces and folded into the graph as a
     constant (it must depend only on its arguments: names, modules, options)."""
     return torch.compiler.assume_constant_result(function)
+
+
+# -- dropping compiled code ----------------------------------------------------------------
+class CompiledBeforeTrackWarning(UserWarning):
+    """A model's compiled code was built before ``track`` hooked it (and is rebuilt)."""
+
+
+def drop_compiled_code() -> None:
+    """Drop every compiled graph (``torch.compiler.reset``, called here alone): dynamo does
+    not guard on module hooks, so code compiled before the hooks were put on (or after
+    they are gone) would not see them."""
+    torch.compiler.reset()
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """Whether ``module`` or a module in it is compiled (``torch.compile(m)`` wraps it,
+    ``m.compile()`` marks it; the attributes are pinned by tests)."""
+    return any(
+        hasattr(m, "_orig_mod") or getattr(m, "_compiled_call_impl", None) is not None
+        for m in module.modules()
+    )
+
+
+# -- what a step does with a tensor -------------------------------------------------------
+def recomputing() -> bool:
+    """Whether autograd is running a backward pass (a checkpointed forward recomputing).
+
+    Private, pinned by tests/project/test_private_api_pins.py: torch has no public way to ask.
+    Without it a checkpointed block's activations would be recorded twice, their counts
+    doubled (tests/trackers/torch/test_torch_environments.py checks they are not); a call
+    costs well under a microsecond, once per module output on tracked steps.
+    """
+    graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
+    return graph_task_id is not None and graph_task_id() != -1
+
+
+#: Tensors of the forward pass: a checkpointed forward recomputed inside the backward
+#: hands them over again, and they are taken the first time only.
+_FORWARD_TYPES = ("Activation", "Input")
+
+
+class StepTensors:
+    """The one rule for what a step does with a tensor that a hook, ``attach`` or a
+    compiled graph sees: it is recorded on a tracked step (``active``), checked for
+    NaN/Inf on another where the watch is on, and taken nowhere else; the activations and
+    inputs of a checkpointed forward recomputed inside the backward are not taken again."""
+
+    def __init__(self, active: Callable[[], bool], recorder: Recorder, watch: Watch | None):
+        self._active = active
+        self._recorder = recorder
+        self._watch = watch
+
+    def taking(self) -> bool:
+        """Whether this step's tensors are taken at all (compiled graphs guard on it)."""
+        return self._active() or self._watch is not None
+
+    def recording(self) -> bool:
+        """Whether this step's tensors are recorded (a tracked step)."""
+        return self._active()
+
+    def take(
+        self,
+        name: str,
+        tensor_type: str,
+        module_type: str,
+        order: int,
+        tensor: torch.Tensor,
+        *,
+        reuse: bool = True,
+    ) -> None:
+        """Record ``tensor`` or check it, by the rule (``reuse``: ``Recorder.record``)."""
+        if tensor_type in _FORWARD_TYPES and recomputing():
+            return
+        if self._active():
+            self._recorder.record(name, tensor_type, module_type, order, tensor, reuse=reuse)
+        elif self._watch is not None:
+            self._watch.check(name, tensor_type, tensor, reuse=reuse)
+
+    def take_parameters(
+        self, parameters: Parameters, tensors: Iterable[Named], *, unchanged: bool = False
+    ) -> None:
+        """Take parameters' tensors (weight gradients, weights, optimizer state) by the
+        rule; ``unchanged``: they stay as they are until the step ends (``Watch``)."""
+        if self._active():
+            parameters.record(self._recorder, tensors)
+        elif self._watch is not None:
+            self._watch.check_all(
+                ((p.name, tensor_type, tensor) for p, tensor_type, tensor in tensors),
+                combined=parameters.combined,
+                unchanged=unchanged,
+            )
+
+
+# -- one tracker's end of compiled graphs --------------------------------------------------
+class CompiledTracking:
+    """What a tracker does for ``torch.compile``: drops code compiled before its hooks (at
+    ``track``, or at its first tracked step where the model's modules handed nothing over),
+    receives the tensors its graphs hand over (``receive``, registered under ``key``),
+    says which gradients a compiled step could not see, and drops the code its hooks were
+    traced into when it closes."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        tensors: StepTensors,
+        orders: Orders,
+        recorder: Recorder,
+        options: TorchOptions,
+        parameters: Parameters,
+    ) -> None:
+        if is_compiled(module):  # its compiled code would not see the hooks put on later
+            drop_compiled_code()
+            if not HOOKS_IN_GRAPH:
+                warnings.warn(
+                    f"tandv_tb: with torch {torch.__version__} (before 2.13) the compiled "
+                    "modules' activations and gradients are not recorded; the weights, "
+                    "their gradients and the optimizer state are",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+        self._tensors = tensors
+        self._orders = orders
+        self._recorder = recorder
+        self._options = options
+        self._parameters = parameters
+        self._root = naming.root_name(module)
+        self.ran = False  # whether a compiled graph handed this tracker a tensor
+        self._stale_checked = False
+        self.key = register(self.receive)
+
+    def receive(self, name: str, tensor_type: str, module_type: str, tensor: torch.Tensor) -> None:
+        """A tensor a compiled graph hands over, taken as the eager hooks take it
+        (``StepTensors``).
+
+        Never from the step's memo (``reuse=False``): inductor writes a later value into a
+        buffer nothing reads any more, with its own kernels, so the tensor object and its
+        version counter stay the same (``out = fc2(h) + bias`` arrives as the tensor of
+        ``fc2(h)`` handed over before; tests/trackers/torch/test_torch_compile.py)."""
+        self.ran = True
+        try:
+            is_input = tensor_type in ("Input", "Input_Gradient")
+            order = self._orders.module(("Input", name) if is_input else name)
+            if tensor_type == "Activation" and not self._options.track_activations:
+                return  # only placed in the order, for its gradient
+            self._tensors.take(name, tensor_type, module_type, order, tensor, reuse=False)
+        except Exception as error:  # tracking never stops training
+            self._recorder.skip(name, tensor_type, f"{type(error).__name__}: {error}")
+
+    def check_step(self, step: int) -> None:
+        """At the end of a tracked step, before the recorder is drained: at the first, drop
+        code that predates the hooks (``_check_stale``); after a compiled step, say which
+        of the model's own outputs got no gradient (``_check_root_gradients``)."""
+        if not self._stale_checked:
+            self._stale_checked = True
+            self._check_stale(step)
+        if self.ran:
+            self._check_root_gradients()
+
+    def _check_stale(self, step: int) -> None:
+        """Where modules whose parameters got gradients handed over none of their outputs,
+        their compiled code predates the hooks (dynamo does not guard on module hooks). Say
+        so, and drop the compiled code so the next steps record."""
+        options = self._options
+        if not (options.track_activations or options.track_gradients):
+            return
+        root = self._root
+        recorded = self._recorder.buffer.names_and_types()
+        of_modules = {
+            name
+            for name, tensor_type in recorded
+            if tensor_type in ("Activation", "Gradient")
+            and name != root
+            and not name.startswith((f"{root}.", f"{root}["))  # the root's tuple output
+        }
+        if of_modules:
+            return
+        with_gradients = {
+            name for name, tensor_type in recorded if tensor_type == "Weight_Gradient"
+        }
+        selected = options.selected
+        with_gradients.update(p.name for p, _, _ in self._parameters.gradients(selected))
+        owners = {name.rpartition(".")[0] for name in with_gradients}
+        if not any(owner and selected(owner) for owner in owners):
+            return
+        warnings.warn(
+            f"tandv_tb: the model's compiled code was built before track() hooked it, so step "
+            f"{step} recorded no activations or gradients of its modules; tandv_tb "
+            "called torch.compiler.reset() and the next steps record them (call track() "
+            "before the model's first compiled call to spare the recompile)",
+            CompiledBeforeTrackWarning,
+            stacklevel=4,
+        )
+        drop_compiled_code()
+
+    def _check_root_gradients(self) -> None:
+        """Say which of the model's own outputs got no gradient in a compiled step that
+        ran its backward: a hook outside the compiled graph sees only what flows in from
+        after it, not the loss the model computed from the output inside its forward."""
+        recorded = set(self._recorder.buffer.names_and_types())
+        if not any(tensor_type == "Gradient" for _, tensor_type in recorded):
+            return
+        root = self._root
+        for name, tensor_type in recorded:
+            of_root = name == root or name.startswith((f"{root}.", f"{root}["))
+            if of_root and tensor_type == "Activation" and (name, "Gradient") not in recorded:
+                self._recorder.skip(
+                    name,
+                    "Gradient",
+                    "under torch.compile a gradient hook on the model's own output sees the "
+                    "gradient flowing in from after the compiled graph, and none did (a loss "
+                    "computed from it inside the forward stays in the graph)",
+                )
+
+    def close(self) -> None:
+        """The operators of its graphs do nothing from now on; where they ran, the graphs
+        are compiled anew (they still call the operator)."""
+        unregister(self.key)
+        if self.ran:
+            drop_compiled_code()

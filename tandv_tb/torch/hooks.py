@@ -5,11 +5,12 @@ hook. Unlike module backward hooks this leaves the output tensors untouched, so 
 operations on them later (``ReLU(inplace=True)``, ``out += identity``) work; such a hook
 receives the gradient w.r.t. the value the module returned.
 
-Eagerly the hooks compute statistics (tracked steps) or check for NaN/Inf (untracked
-steps, with a ``Watch``) as they fire. Under ``torch.compile`` dynamo traces them: they
-hand each tensor to the graph's ``tandv_tb::observe`` operator (``graph_op``), which gives
-it to the tracker at run time, and their gradient hooks do the same in the compiled
-backward. Which names are selected is decided once, while tracing.
+Eagerly the hooks hand each tensor to ``compiled.StepTensors`` as they fire: its
+statistics are computed (tracked steps) or it is checked for NaN/Inf (untracked steps,
+with a ``Watch``). Under ``torch.compile`` dynamo traces them: they hand each tensor to the
+graph's ``tandv_tb::observe`` operator (``compiled``), which gives it to the tracker at run
+time, and their gradient hooks do the same in the compiled backward. Which names are
+selected is decided once, while tracing.
 """
 
 from __future__ import annotations
@@ -21,25 +22,12 @@ import torch
 from torch import nn
 
 from tandv_tb.orders import Orders
-from tandv_tb.torch import graph_op, naming
+from tandv_tb.torch import compiled, naming
+from tandv_tb.torch.compiled import StepTensors
 from tandv_tb.torch.options import TorchOptions
-from tandv_tb.torch.recorder import Recorder
-from tandv_tb.torch.watch import Watch
 
 
-def _in_backward() -> bool:
-    """Whether autograd is running a backward pass (a checkpointed forward recomputing).
-
-    Private, pinned by tests/project/test_private_api_pins.py: torch has no public way to ask.
-    Without it a checkpointed block's activations would be recorded twice, their counts
-    doubled (tests/trackers/torch/test_torch_environments.py checks they are not); a call
-    costs well under a microsecond, once per module output on tracked steps.
-    """
-    graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
-    return graph_task_id is not None and graph_task_id() != -1
-
-
-@graph_op.constant_in_graph
+@compiled.constant_in_graph
 def _selected_in_graph(selected: Callable[[str], bool], name: str) -> bool:
     """``selected(name)`` (regular expressions) decided while dynamo traces."""
     return selected(name)
@@ -50,31 +38,24 @@ class HookHandles:
     with, every module by its name, and the hooks they put on: on modules for their life,
     on leaf tensors for a step (their gradient hooks outlive the step's graph).
 
-    ``receiver_key`` names the tracker's receiver in compiled graphs (``graph_op``), and
-    ``emitting`` says whether compiled hooks hand tensors to it this step: a tracked step,
-    or any step with the watch. Dynamo guards on it, so its two values are at most two
-    variants of a compiled graph.
+    Eagerly they hand tensors to ``tensors`` (``StepTensors``: recorded, checked, or
+    not taken), placed in the model's order on a tracked step. ``receiver_key`` names the
+    tracker's receiver in compiled graphs (``compiled``), and ``emitting`` says whether
+    compiled hooks hand tensors to it this step (``StepTensors.taking``). Dynamo guards on
+    it, so its two values are at most two variants of a compiled graph.
     """
 
     def __init__(
-        self,
-        root: nn.Module,
-        recorder: Recorder,
-        active: Callable[[], bool],
-        options: TorchOptions,
-        orders: Orders,
-        watch: Watch | None = None,
+        self, root: nn.Module, tensors: StepTensors, options: TorchOptions, orders: Orders
     ) -> None:
         self._handles: list = []
         self._leaf_handles: list = []
-        self._recorder = recorder
-        self._active = active
+        self._tensors = tensors
         self._options = options
         self._selected = options.selected
         self._gradients = options.track_gradients
         self._only_training = options.only_training
         self._orders = orders
-        self._watch = watch
         self.receiver_key = 0
         self.emitting = True
         label = self._root_name = naming.root_name(root)
@@ -99,10 +80,15 @@ class HookHandles:
         """Whether ``name`` is selected, decided while dynamo traces."""
         return _selected_in_graph(self._selected, name)
 
+    def _take_gradient(
+        self, name: str, tensor_type: str, module_type: str, order: int, grad: torch.Tensor
+    ) -> None:
+        self._tensors.take(name, tensor_type, module_type, order, grad)
+
     def _observe(self, name: str, tensor_type: str, module_type: str, tensor) -> None:
         """Inside a traced graph: hand ``tensor`` to the tracker, and its gradient (over all
         its uses) when the backward reaches it, through a gradient hook."""
-        graph_op.observe(tensor, self.receiver_key, name, tensor_type, module_type)
+        compiled.observe(tensor, self.receiver_key, name, tensor_type, module_type)
         if self._gradients and tensor.requires_grad:
             gradient_type = "Gradient" if tensor_type == "Activation" else "Input_Gradient"
             observe = functools.partial(self._observe_gradient, name, gradient_type, module_type)
@@ -112,7 +98,7 @@ class HookHandles:
         self, name: str, tensor_type: str, module_type: str, grad: torch.Tensor | None
     ) -> None:
         if grad is not None:  # an output no loss depends on
-            graph_op.observe(grad, self.receiver_key, name, tensor_type, module_type)
+            compiled.observe(grad, self.receiver_key, name, tensor_type, module_type)
 
     def end_step(self) -> None:
         """Drop the gradient hooks this step put on leaf tensors (parameters, inputs)."""
@@ -138,10 +124,8 @@ class ModuleHooks(HookHandles):
 
     def record_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
         """Take ``tensor`` as a module output now (``attach``, eagerly)."""
-        if self._active():
-            self._record_output(name, module_type, tensor)
-        elif self._watch is not None:
-            self._watch_output(name, tensor)
+        if self._tensors.taking():
+            self._take_output(name, module_type, tensor)
 
     def trace_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
         """Take ``tensor`` as a module output in a traced graph (``attach``, which returns
@@ -156,10 +140,8 @@ class ModuleHooks(HookHandles):
             return None
         if torch.compiler.is_compiling():
             return self._trace_output(name, module_type, output) if self.emitting else None
-        if self._active():
-            self._record_output(name, module_type, output)
-        elif self._watch is not None:
-            self._watch_output(name, output)
+        if self._tensors.taking():
+            self._take_output(name, module_type, output)
         return None
 
     def _trace_output(self, name: str, module_type: str, output: object) -> object:
@@ -174,7 +156,7 @@ class ModuleHooks(HookHandles):
         (``model.compile()``) the hook sees every use; run after a compiled forward
         (``torch.compile(model)``) it sees what flows in from after the graph, and the
         tracker says when that was nothing. Nothing follows the root's hook in the graph,
-        where a traced hook could lose what later code writes (``graph_op``)."""
+        where a traced hook could lose what later code writes (``compiled``)."""
         if name == self._root_name:
             for leaf, tensor in self._output_tensors(name, output):
                 self.trace_tensor(leaf, module_type, tensor)
@@ -188,41 +170,29 @@ class ModuleHooks(HookHandles):
             leaf = names[leaf]
             if not self._selected_traced(leaf):
                 return tensor
-            graph_op.observe(tensor, self.receiver_key, leaf, "Activation", module_type)
+            compiled.observe(tensor, self.receiver_key, leaf, "Activation", module_type)
             if not (self._gradients and tensor.requires_grad):
                 return tensor
-            return graph_op.with_gradient_observed(
+            return compiled.with_gradient_observed(
                 tensor, self.receiver_key, leaf, "Gradient", module_type
             )
 
         return naming.map_output_tensors(output, name, observed)
 
-    def _watch_output(self, name: str, output: object) -> None:
-        recomputed = _in_backward()
+    def _take_output(self, name: str, module_type: str, output: object) -> None:
+        """Each selected tensor of ``output`` as an activation, and its gradient through a
+        hook. A checkpointed segment recomputed inside the backward keeps its gradient
+        hooks (reentrant checkpointing sends the gradients through the recomputed
+        outputs); ``StepTensors`` takes its activations the first time only."""
+        recording = self._tensors.recording()
         for leaf, tensor in self._output_tensors(name, output):
             if not self._selected(leaf):
                 continue
-            if self._options.track_activations and not recomputed:
-                self._watch.check(leaf, "Activation", tensor)
+            order = self._orders.module(leaf) if recording else 0
+            if self._options.track_activations:
+                self._tensors.take(leaf, "Activation", module_type, order, tensor)
             if self._gradients and tensor.requires_grad:
-                self._hook_gradient(tensor, functools.partial(self._watch_gradient, leaf))
-
-    def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
-        self._watch.check(name, "Gradient", grad)
-
-    def _record_output(self, name: str, module_type: str, output: object) -> None:
-        # A forward run inside a backward pass recomputes a checkpointed segment: its
-        # activations were recorded in the first forward; gradient hooks are registered
-        # (reentrant checkpointing sends the gradients through the recomputed outputs).
-        recomputed = _in_backward()
-        for leaf, tensor in self._output_tensors(name, output):
-            if not self._selected(leaf):
-                continue
-            order = self._orders.module(leaf)
-            if self._options.track_activations and not recomputed:
-                self._recorder.record(leaf, "Activation", module_type, order, tensor)
-            if self._gradients and tensor.requires_grad:
-                hook = functools.partial(self._on_gradient, leaf, module_type, order)
+                hook = functools.partial(self._take_gradient, leaf, "Gradient", module_type, order)
                 self._hook_gradient(tensor, hook)
 
     def _output_tensors(self, name: str, output: object) -> list[tuple[str, torch.Tensor]]:
@@ -233,7 +203,3 @@ class ModuleHooks(HookHandles):
         """``leaves``, where one of the names is also a module's (``seq.1`` of a
         Sequential's tuple output), all but the first named ``seq[1]``, ``seq[2]``..."""
         return naming.distinct_names(leaves, name, self._paths)
-
-    def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
-        if self._active():
-            self._recorder.record(name, "Gradient", module_type, order, grad)

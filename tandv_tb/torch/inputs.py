@@ -10,9 +10,9 @@ Inputs are named as outputs are (``name``, ``name.1``, ... by position, then
 ``name.<keyword>``), and ordered where the module starts, before its children's outputs.
 Non-tensor inputs and integer or boolean tensors (token ids, masks) are skipped silently.
 
-On untracked steps, with a ``Watch``, the same tensors and gradients are only checked for
-NaN/Inf; under ``torch.compile`` the traced hooks hand them to the graph's operator, as
-``hooks`` does for outputs.
+As ``hooks`` does for outputs, they are taken by ``compiled.StepTensors`` (on untracked
+steps, with a ``Watch``, only checked for NaN/Inf); under ``torch.compile`` the traced hooks
+hand them to the graph's operator.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from tandv_tb.torch import naming
-from tandv_tb.torch.hooks import HookHandles, _in_backward
+from tandv_tb.torch.hooks import HookHandles
 
 
 class InputHooks(HookHandles):
@@ -42,25 +42,12 @@ class InputHooks(HookHandles):
         if torch.compiler.is_compiling():
             if self.emitting:
                 self._trace_inputs(name, module_type, args, kwargs)
-        elif self._active():
-            self._record_inputs(name, module_type, args, kwargs)
-        elif self._watch is not None:
-            self._watch_inputs(name, args, kwargs)
+        elif self._tensors.taking():
+            self._take_inputs(name, module_type, args, kwargs)
 
     def _trace_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
         for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected_traced):
             self._observe(leaf, "Input", module_type, tensor)
-
-    def _watch_inputs(self, name: str, args: tuple, kwargs: dict) -> None:
-        recomputed = _in_backward()
-        for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected):
-            if not recomputed:
-                self._watch.check(leaf, "Input", tensor)
-            if self._gradients and tensor.requires_grad:
-                self._hook_gradient(tensor, functools.partial(self._watch_gradient, leaf))
-
-    def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
-        self._watch.check(name, "Input_Gradient", grad)
 
     def _floating_inputs(
         self, name: str, args: tuple, kwargs: dict, selected: Callable[[str], bool]
@@ -71,16 +58,12 @@ class InputHooks(HookHandles):
             if tensor.is_floating_point() and selected(leaf):
                 yield leaf, tensor
 
-    def _record_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
-        recomputed = _in_backward()  # a checkpointed forward, recorded the first time
+    def _take_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
+        recording = self._tensors.recording()
         for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected):
-            order = self._orders.module(("Input", leaf))
-            if not recomputed:
-                self._recorder.record(leaf, "Input", module_type, order, tensor)
+            order = self._orders.module(("Input", leaf)) if recording else 0
+            self._tensors.take(leaf, "Input", module_type, order, tensor)
             if self._gradients and tensor.requires_grad:
-                hook = functools.partial(self._on_gradient, leaf, module_type, order)
+                gradient = "Input_Gradient"
+                hook = functools.partial(self._take_gradient, leaf, gradient, module_type, order)
                 self._hook_gradient(tensor, hook)
-
-    def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
-        if self._active():
-            self._recorder.record(name, "Input_Gradient", module_type, order, grad)

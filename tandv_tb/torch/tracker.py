@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 import weakref
 from collections.abc import Iterable, Sequence
 
@@ -14,10 +13,11 @@ from tandv_tb import stats
 from tandv_tb.disk.nonfinite_record import entries_from_stats
 from tandv_tb.orders import Orders
 from tandv_tb.step_buffer import merged
-from tandv_tb.torch import graph_op, naming
+from tandv_tb.torch import compiled
 from tandv_tb.torch.attaching import Attachments
+from tandv_tb.torch.compiled import CompiledTracking, StepTensors
 from tandv_tb.torch.distributed import RankCombiner, is_distributed
-from tandv_tb.torch.hooks import ModuleHooks, _in_backward
+from tandv_tb.torch.hooks import ModuleHooks
 from tandv_tb.torch.inputs import InputHooks
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
@@ -30,10 +30,6 @@ from tandv_tb.writer import RecordItem
 
 #: Modules that open trackers hook, with how many trackers hook each.
 _HOOKED: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
-
-
-class CompiledBeforeTrackWarning(UserWarning):
-    """A model's compiled code was built before ``track`` hooked it (and is rebuilt)."""
 
 
 def is_tracked(module: nn.Module) -> bool:
@@ -63,32 +59,20 @@ class Tracker(TrackerBase):
         self._parameters = Parameters(module, options.optimizer)
         watch = Watch(replicated=self._writer is not None) if options.watch_nonfinite else None
         self._watch = watch
-        self._track_activations = options.track_activations
-        self._root_label = naming.root_name(module)
-        if _compiled(module):  # its compiled code would not see the hooks put on below
-            torch.compiler.reset()
-            if not graph_op.HOOKS_IN_GRAPH:
-                warnings.warn(
-                    f"tandv_tb: with torch {torch.__version__} (before 2.13) the compiled "
-                    "modules' activations and gradients are not recorded; the weights, "
-                    "their gradients and the optimizer state are",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-        self._ran_compiled = False  # whether a compiled graph handed this tracker a tensor
-        self._stale_checked = False
-        self._receiver_key = graph_op.register(self._receive)
-        active = self._tracking_now
-        self._orders = orders = Orders()
-        self._hooks = ModuleHooks(module, self._recorder, active, options, orders, watch)
-        self._hooks.receiver_key = self._receiver_key
+        orders = Orders()
+        self._tensors = StepTensors(self._tracking_now, self._recorder, watch)
+        self._compiled = CompiledTracking(
+            module, self._tensors, orders, self._recorder, options, self._parameters
+        )
+        self._hooks = ModuleHooks(module, self._tensors, options, orders)
+        self._hooks.receiver_key = self._compiled.key
         self._modules = list(module.modules())
         for hooked in self._modules:
             _HOOKED[hooked] = _HOOKED.get(hooked, 0) + 1
         self._inputs = None
         if options.track_inputs:
-            self._inputs = InputHooks(module, self._recorder, active, options, orders, self._watch)
-            self._inputs.receiver_key = self._receiver_key
+            self._inputs = InputHooks(module, self._tensors, options, orders)
+            self._inputs.receiver_key = self._compiled.key
         self._attachments = Attachments(
             module,
             self._hooks.record_tensor,
@@ -136,45 +120,17 @@ class Tracker(TrackerBase):
     def _take_tensors(self) -> None:
         """Tell the hooks and ``attach`` whether this step's tensors are taken: a tracked
         step, or any step with the watch (compiled graphs guard on it)."""
-        emitting = self._active or self._watch is not None
-        in_graph = emitting and graph_op.HOOKS_IN_GRAPH
+        emitting = self._tensors.taking()
+        in_graph = emitting and compiled.HOOKS_IN_GRAPH
         self._hooks.emitting = in_graph
         if self._inputs is not None:
             self._inputs.emitting = in_graph
         self._attachments.set_active(emitting)
 
-    def _receive(self, name: str, tensor_type: str, module_type: str, tensor: torch.Tensor) -> None:
-        """A tensor a compiled graph hands over (``graph_op``), taken as the eager hooks
-        take it: recorded on a tracked step, checked by the watch on another.
-
-        Never from the step's memo (``reuse=False``): inductor writes a later value into a
-        buffer nothing reads any more, with its own kernels, so the tensor object and its
-        version counter stay the same (``out = fc2(h) + bias`` arrives as the tensor of
-        ``fc2(h)`` handed over before; tests/trackers/torch/test_torch_compile.py)."""
-        self._ran_compiled = True
-        try:
-            is_input = tensor_type in ("Input", "Input_Gradient")
-            order = self._orders.module(("Input", name) if is_input else name)
-            if tensor_type in ("Activation", "Input"):
-                if _in_backward():  # a checkpointed forward recomputed: taken the first time
-                    return
-                if tensor_type == "Activation" and not self._track_activations:
-                    return  # only placed in the order, for its gradient
-            if self._active:
-                self._recorder.record(name, tensor_type, module_type, order, tensor, reuse=False)
-            elif self._watch is not None:
-                self._watch.check(name, tensor_type, tensor, reuse=False)
-        except Exception as error:  # tracking never stops training
-            self._recorder.skip(name, tensor_type, f"{type(error).__name__}: {error}")
-
     @torch.compiler.disable
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
         """Take the weight gradients the optimizer is about to use."""
-        gradients = self._parameters.gradients(self._selected)
-        if self._active:
-            self._parameters.record(self._recorder, gradients)
-        elif self._watch is not None:
-            self._watch_parameters(gradients)
+        self._tensors.take_parameters(self._parameters, self._parameters.gradients(self._selected))
         self._gradients_read = True
 
     def _parameter_tensors(self):
@@ -186,16 +142,10 @@ class Tracker(TrackerBase):
             self._selected, weights=self._track_weights, optimizer_state=self._track_optimizer
         )
 
-    def _watch_parameters(self, tensors, unchanged: bool = False) -> None:
-        self._watch.check_all(
-            ((p.name, tensor_type, tensor) for p, tensor_type, tensor in tensors),
-            combined=self._parameters.combined,
-            unchanged=unchanged,
-        )
-
     def _watched_step(self) -> bool:
         """End an untracked step with the watch; whether it found NaN/Inf."""
-        self._watch_parameters(self._parameter_tensors(), unchanged=True)  # read right away
+        tensors = self._parameter_tensors()  # read right away
+        self._tensors.take_parameters(self._parameters, tensors, unchanged=True)
         found = self._watch.drain()
         if self._combiner is not None:
             found = across_ranks(found, self._combiner.group, self._combiner.device)
@@ -206,11 +156,7 @@ class Tracker(TrackerBase):
     def _finish_step(self) -> bool:
         """End a tracked step; whether the watch found NaN/Inf in it."""
         self._parameters.record(self._recorder, self._parameter_tensors())
-        if not self._stale_checked:
-            self._stale_checked = True
-            self._check_compiled_before_track()
-        if self._ran_compiled:
-            self._check_root_gradients()
+        self._compiled.check_step(self._step)
         entries = self._recorder.drain()
         parts = merged(entries, stats.fetch([p for e in entries for p in e.parts]))
         results = list(zip(entries, parts))
@@ -234,59 +180,6 @@ class Tracker(TrackerBase):
             )
         return tripped
 
-    def _check_compiled_before_track(self) -> None:
-        """At the first tracked step: where modules whose parameters got gradients handed
-        over none of their outputs, their compiled code predates the hooks (dynamo does not
-        guard on module hooks). Say so, and drop the compiled code so the next steps record."""
-        if not (self._track_activations or self._options.track_gradients):
-            return
-        root = self._root_label
-        recorded = self._recorder.buffer.names_and_types()
-        of_modules = {
-            name
-            for name, tensor_type in recorded
-            if tensor_type in ("Activation", "Gradient")
-            and name != root
-            and not name.startswith((f"{root}.", f"{root}["))  # the root's tuple output
-        }
-        if of_modules:
-            return
-        with_gradients = {
-            name for name, tensor_type in recorded if tensor_type == "Weight_Gradient"
-        }
-        with_gradients.update(p.name for p, _, _ in self._parameters.gradients(self._selected))
-        owners = {name.rpartition(".")[0] for name in with_gradients}
-        if not any(owner and self._selected(owner) for owner in owners):
-            return
-        warnings.warn(
-            f"tandv_tb: the model's compiled code was built before track() hooked it, so step "
-            f"{self._step} recorded no activations or gradients of its modules; tandv_tb "
-            "called torch.compiler.reset() and the next steps record them (call track() "
-            "before the model's first compiled call to spare the recompile)",
-            CompiledBeforeTrackWarning,
-            stacklevel=3,
-        )
-        torch.compiler.reset()
-
-    def _check_root_gradients(self) -> None:
-        """Say which of the model's own outputs got no gradient in a compiled step that
-        ran its backward: a hook outside the compiled graph sees only what flows in from
-        after it, not the loss the model computed from the output inside its forward."""
-        recorded = set(self._recorder.buffer.names_and_types())
-        if not any(tensor_type == "Gradient" for _, tensor_type in recorded):
-            return
-        root = self._root_label
-        for name, tensor_type in recorded:
-            of_root = name == root or name.startswith((f"{root}.", f"{root}["))
-            if of_root and tensor_type == "Activation" and (name, "Gradient") not in recorded:
-                self._recorder.skip(
-                    name,
-                    "Gradient",
-                    "under torch.compile a gradient hook on the model's own output sees the "
-                    "gradient flowing in from after the compiled graph, and none did (a loss "
-                    "computed from it inside the forward stays in the graph)",
-                )
-
     def _nonfinite(self, results: list) -> list:
         if self._watch is None:
             return []
@@ -296,11 +189,9 @@ class Tracker(TrackerBase):
         """Remove every hook. In a combined distributed run a step not ended by ``step()``
         is dropped at ``close`` (ending it would need every rank)."""
         self._hooks.remove()
-        graph_op.unregister(self._receiver_key)
+        self._compiled.close()
         if self._optimizer_hook is not None:
             self._optimizer_hook.remove()
-        if self._ran_compiled:  # its graphs still call the operator: compile them anew
-            torch.compiler.reset()
         for hooked in self._modules:
             if _HOOKED.get(hooked, 0) > 1:
                 _HOOKED[hooked] -= 1
@@ -329,15 +220,6 @@ def _stepping_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimiz
     ):
         return _stepping_optimizer(inner)
     return optimizer
-
-
-def _compiled(module: nn.Module) -> bool:
-    """Whether ``module`` or a module in it is compiled (``torch.compile(m)`` wraps it,
-    ``m.compile()`` marks it; the attributes are pinned by tests)."""
-    return any(
-        hasattr(m, "_orig_mod") or getattr(m, "_compiled_call_impl", None) is not None
-        for m in module.modules()
-    )
 
 
 def _unzip(pairs: Iterable[tuple]) -> tuple[list, list]:
@@ -417,7 +299,7 @@ def track(
       ``Sequential`` ending in an LSTM), that output's extra tensors are ``name[1]``, ...
     - Under ``torch.compile`` (``torch.compile(model)`` or ``model.compile()``, before or
       after ``track``; ``fullgraph=True`` too) the hooks are traced into the compiled
-      graph: each tensor reaches the tracker through one operator (``graph_op``) and each
+      graph: each tensor reaches the tracker through one operator (``compiled``) and each
       gradient through the compiled backward, with no graph break. Tracked and untracked
       steps run one graph while the watch is on (two without it, each compiled once).
       Records are those of eager mode, but for a gradient that stays inside the graph: a

@@ -3,11 +3,11 @@ naming the library and its version, when an upgrade changes what tandv_tb relies
 
 Why each one stays (and what it buys) is written where it is used:
 ``tandv_tb.writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.store.logdir``
-(``data_ingester._parse_event_files_spec``), ``tandv_tb.torch.hooks``
-(``torch._C._current_graph_task_id``), ``tandv_tb.torch.memo`` (``Tensor._version``),
+(``data_ingester._parse_event_files_spec``), ``tandv_tb.torch.compiled``
+(``torch._C._current_graph_task_id``, the attributes which mark compiled modules, an
+operator's ordered effect), ``tandv_tb.torch.memo`` (``Tensor._version``),
 ``tandv_tb.torch.naming`` and ``tandv_tb.torch.tracker`` (the attributes through which
-wrappers hold the module they wrap, and which mark compiled modules and optimizers that
-set up their hooks), ``tandv_tb.torch.graph_op`` (an operator's ordered effect),
+wrappers hold the module they wrap, and optimizers that set up their hooks),
 ``tandv_tb.jax.compiled`` (``_jit_info`` of ``jax.jit``, the attributes of ``nnx.jit``'s
 wrappers) and ``tandv_tb.stats._xla_cpu`` (XLA FFI structures read at fixed offsets).
 """
@@ -125,7 +125,8 @@ def test_wrappers_hold_the_module_they_wrap_where_naming_looks():
 
 
 def test_module_compile_marks_the_module_and_optimizers_keep_their_step_hooks():
-    from tandv_tb.torch.tracker import _compiled, _stepping_optimizer
+    from tandv_tb.torch.compiled import is_compiled as _compiled
+    from tandv_tb.torch.tracker import _stepping_optimizer
 
     message = _changed("torch", torch.__version__, "Module._compiled_call_impl")
     module = torch.nn.Linear(2, 2)
@@ -139,7 +140,7 @@ def test_module_compile_marks_the_module_and_optimizers_keep_their_step_hooks():
 
 
 def test_an_ordered_effect_keeps_an_operator_that_returns_nothing_in_order():
-    """``graph_op.observe`` returns nothing: without its effect inductor would drop it."""
+    """``compiled.observe`` returns nothing: without its effect inductor would drop it."""
     seen = []
 
     @torch.library.custom_op("tandv_tb_pins::note", mutates_args=())

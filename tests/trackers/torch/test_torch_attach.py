@@ -229,7 +229,7 @@ def test_the_private_torch_api_that_tells_a_recomputed_forward_is_there():
         "torch._C._current_graph_task_id is gone: tandv_tb.torch.hooks._in_backward needs "
         "another way to tell a forward recomputed inside a backward pass"
     )
-    from tandv_tb.torch.hooks import _in_backward
+    from tandv_tb.torch.compiled import recomputing as _in_backward
 
     seen = []
     x = torch.ones(2, requires_grad=True)

@@ -20,7 +20,8 @@ from torch._dynamo.utils import counters
 from torch.utils.checkpoint import checkpoint
 
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
-from tandv_tb.torch import CompiledBeforeTrackWarning, attach, graph_op, track
+from tandv_tb.torch import CompiledBeforeTrackWarning, attach, track
+from tandv_tb.torch import compiled as graph_op
 from tests.helpers.compiled_training import (
     INSIDE,
     NanoGPT,

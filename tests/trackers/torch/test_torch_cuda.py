@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tandv_tb.torch import track
-from tandv_tb.torch.graph_op import HOOKS_IN_GRAPH
+from tandv_tb.torch.compiled import HOOKS_IN_GRAPH
 from tests.helpers.compiled_training import (
     INSIDE,
     NanoGPT,
