@@ -64,8 +64,8 @@ def baseline_module(rev: str):
 def _chunks(run_dir: Path):
     """Every chunk of the run's event files and its rows' format counts."""
     from tandv_tb.disk.event_reader import read_chunk
-    from tandv_tb.disk.locations import LocalFolder
     from tandv_tb.disk.tag_table import TagTable
+    from tandv_tb.storage.locations import LocalFolder
 
     table, chunks = TagTable(), []
     for name, size in LocalFolder(str(run_dir)).files(".").items():

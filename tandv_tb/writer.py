@@ -13,17 +13,19 @@ event, as a tracker's are, which readers decode much faster than one event per t
 
 Where the events go:
 
-- ``logdir`` a local folder (a path or a ``file://`` URL): one event file, appended with
-  each event (``tandv_tb.disk.event_file``). Every event reaches the operating system when
-  it is written, so a killed process loses nothing written and leaves a valid event file,
-  at worst ending in a half-written record that readers skip.
+- ``logdir`` a local folder (a path or a ``file://`` URL, ``storage.locations.is_local``):
+  one event file, appended with each event (``tandv_tb.disk.event_file``). Every event
+  reaches the operating system when it is written, so a killed process loses nothing
+  written and leaves a valid event file, at worst ending in a half-written record that
+  readers skip.
 - ``logdir`` any other fsspec URL (``s3://``, ``gs://``, ``abfs://``, ...): object stores
   cannot append, so each flush (``flush()``, ``close()``, interpreter exit, and every
   ``FLUSH_SECS`` seconds) writes the events since the last one as a new event file object
   of the run, whose names sort in write order (``tandv_tb.disk.event_objects``). A killed
   process loses what it recorded since the last flush: at most ``FLUSH_SECS`` seconds.
-- A user's writer queues the event in its own thread; it is flushed at every ``flush()``,
-  at ``close()``, at interpreter exit and at least every ``FLUSH_SECS`` seconds.
+- A user's writer (``tandv_tb.disk.user_writer``) queues the event in its own thread; it
+  is flushed at every ``flush()``, at ``close()``, at interpreter exit and at least every
+  ``FLUSH_SECS`` seconds.
 
 Writing never stops training: a write that fails (disk full, directory removed, storage
 denied or unreachable, a user's writer that failed or was closed) warns once with a
@@ -40,7 +42,6 @@ import atexit
 import contextlib
 import numbers
 import os
-import sys
 import threading
 import time
 import warnings
@@ -53,11 +54,12 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tandv_tb import formats as fmt
 from tandv_tb.disk.event_file import EventFile
 from tandv_tb.disk.event_objects import EventObjects
-from tandv_tb.disk.locations import is_url, location
 from tandv_tb.disk.metadata import TagInfo, check_tensor_type
 from tandv_tb.disk.nonfinite_record import NonfiniteEntry, encode_nonfinite
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.summary import numerics_value
+from tandv_tb.disk.user_writer import UserWriter
+from tandv_tb.storage.locations import is_local, location
 
 #: Longest time records wait before they are flushed: in a user's writer, in a step of
 #: hand-written records, or (object storage) in memory before the next object is written.
@@ -100,15 +102,6 @@ def check_float_tensor(tensor: object) -> None:
     reason = untrackable_reason(tensor)
     if reason is not None:
         raise TypeError(f"add_numerics needs a float tensor with values: {reason}")
-
-
-def _user_writer_kind(writer: object) -> str | None:
-    """'torch' or 'tensorboardX' for a user's SummaryWriter, else None (no imports)."""
-    for module, kind in (("torch.utils.tensorboard", "torch"), ("tensorboardX", "tensorboardX")):
-        loaded = sys.modules.get(module)
-        if loaded is not None and isinstance(writer, loaded.SummaryWriter):
-            return kind
-    return None
 
 
 class _PeriodicFlush:
@@ -180,11 +173,10 @@ def _close_before_executors_stop(writer: NumericsWriter) -> None:
 
 
 def _event_sink(logdir: str) -> EventFile | EventObjects:
-    """Where a writer of its own puts its events: a local folder (a path or ``file://``)
-    appends to one event file, any other URL writes a new object per flush."""
-    if not is_url(logdir) or logdir.startswith("file://"):
-        where = location(logdir)
-        return EventFile(where.root)
+    """Where a writer of its own puts its events: a local folder (``is_local``) appends to
+    one event file, any other URL writes a new object per flush."""
+    if is_local(logdir):
+        return EventFile(location(logdir).root)
     return EventObjects(logdir)
 
 
@@ -220,21 +212,8 @@ class NumericsWriter:
         self._closed = False
         self._step_records: list[RecordItem] = []  # hand-written records of one step
         self._records_step = 0
-        if writer is None:
-            self._events = _event_sink(os.fspath(logdir))
-            self._user_writer = None
-            self._kind = "own"
-        else:
-            kind = _user_writer_kind(writer)
-            if kind is None:
-                raise TypeError(
-                    "writer must be a torch.utils.tensorboard.SummaryWriter or a "
-                    f"tensorboardX.SummaryWriter, got {type(writer).__module__}."
-                    f"{type(writer).__qualname__}"
-                )
-            self._events = None
-            self._user_writer = writer
-            self._kind = kind
+        self._user_writer = None if writer is None else UserWriter(writer)
+        self._events = _event_sink(os.fspath(logdir)) if writer is None else None
         self._timer = _PeriodicFlush(self.flush, FLUSH_SECS)
         self._where = self.logdir
         atexit.register(self.close)
@@ -244,11 +223,7 @@ class NumericsWriter:
     @property
     def logdir(self) -> str:
         """The directory (or URL) of the event files written to."""
-        if self._events is not None:
-            return self._events.logdir
-        if self._kind == "torch":
-            return str(self._user_writer.get_logdir())
-        return str(self._user_writer.logdir)  # tensorboardX's SummaryWriter has no getter
+        return (self._user_writer or self._events).logdir
 
     def add_numerics(
         self, name: str, tensor: object, step: int, tensor_type: str = "Activation"
@@ -367,7 +342,7 @@ class NumericsWriter:
 
     def _reopen(self, records: int) -> bool:
         """Own writer: a new event file in place of the failed one. True where it opened."""
-        if self._kind != "own":
+        if self._user_writer is not None:
             return True  # a user's writer is simply tried again
         try:
             self._events = _event_sink(self._where)
@@ -390,26 +365,15 @@ class NumericsWriter:
             )
 
     def _emit(self, summary: summary_pb2.Summary, step: int) -> None:
-        if self._kind == "own":
-            event = event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
-            try:
-                self._events.write(event)
-            except Exception:
-                self._drop_kept()  # object storage: what was kept is lost with this write
-                raise
+        if self._user_writer is not None:
+            self._user_writer.add_summary(summary, step)
             return
-        # Private, pinned by tests/project/test_private_api_pins.py: neither SummaryWriter has a
-        # public method that writes a Summary proto, and a second event file of our own in
-        # its directory would not be "beside its scalars" (TensorBoard's loader without the
-        # data server reads only the newest file of a run once it moves to it). It is what
-        # the writers' own ``add_*`` methods call, reopening a writer its owner closed (a
-        # Lightning logger after an earlier ``fit``), and costs one attribute check a step.
-        file_writer = self._user_writer._get_file_writer()
-        if self._kind == "tensorboardX":
-            from tensorboardX.proto import summary_pb2 as tbx_summary_pb2
-
-            summary = tbx_summary_pb2.Summary.FromString(summary.SerializeToString())
-        file_writer.add_summary(summary, step, time.time())
+        event = event_pb2.Event(wall_time=time.time(), step=step, summary=summary)
+        try:
+            self._events.write(event)
+        except Exception:
+            self._drop_kept()  # object storage: what was kept is lost with this write
+            raise
 
     def flush(self) -> None:
         """Write everything recorded so far: the step of hand-written records, then a

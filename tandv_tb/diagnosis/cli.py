@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage, file=sys.stderr)
         return 2
     from tandv_tb.diagnosis import find
-    from tandv_tb.disk.locations import StorageError
+    from tandv_tb.storage.locations import StorageError
 
     try:
         found = find(args.logdir, run=args.run, compare=args.compare)

@@ -9,9 +9,9 @@ from tensorboard.compat.proto import types_pb2
 
 from tandv_tb.disk.metadata import NONFINITE_KIND, PLUGIN_NAME
 from tandv_tb.disk.nonfinite_record import NonfiniteEntry, decode_nonfinite
-from tandv_tb.disk.record_columns import gather_ranges
 from tandv_tb.disk.summary import encode_varints, stored_vector
 from tandv_tb.disk.tag_table import TagTable
+from tandv_tb.storage.ranges import gather_ranges
 
 _TAG_PREFIX = f"{PLUGIN_NAME}/"
 _SCALARS_PLUGIN = "scalars"

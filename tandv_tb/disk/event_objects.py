@@ -19,7 +19,7 @@ from tensorboard.compat.proto import event_pb2
 
 from tandv_tb.disk.event_file import FILE_VERSION, file_name_stem
 from tandv_tb.disk.framing import frame
-from tandv_tb.disk.locations import storage_error
+from tandv_tb.storage.locations import storage_error
 
 #: Bytes of events held before they are written out without waiting for a flush.
 MAX_PENDING_BYTES = 64 << 20
@@ -29,7 +29,7 @@ class EventObjects:
     """New event file objects under ``url`` (an fsspec URL), one per ``flush``."""
 
     def __init__(self, url: str) -> None:
-        from tandv_tb.disk.locations import filesystem
+        from tandv_tb.storage.locations import filesystem
 
         self.logdir = url
         self._fs, path = filesystem(url)

@@ -38,8 +38,9 @@ from tensorboard.compat.proto import event_pb2
 from tandv_tb.disk import framing
 from tandv_tb.disk.chunk_values import Chunk, ChunkValues
 from tandv_tb.disk.framing import Damage
-from tandv_tb.disk.locations import ByteSource, LocalBytes, location, public_url
 from tandv_tb.disk.tag_table import TagTable
+from tandv_tb.storage.locations import location, public_url
+from tandv_tb.storage.ranges import ByteSource, LocalBytes
 
 #: Bytes read from a file at a time: a big file is read in pieces of about this size
 #: (decoding a piece takes about 8 times its size in memory).
@@ -58,7 +59,7 @@ def read_chunk(
     final: bool,
     max_bytes: int = CHUNK_BYTES,
 ) -> Chunk:
-    """The numerics values of a file (a local path, or a ``locations.ByteSource``: a remote
+    """The numerics values of a file (a local path, or a ``storage.ranges.ByteSource``: a remote
     object read by range) from byte ``offset`` on (up to about ``max_bytes``, always at
     least one whole record). With ``final`` the file is taken as complete, so a cut-short
     last record is damage rather than unfinished."""

@@ -1,4 +1,4 @@
-"""The compiled (numba) loops of the disk format: varints, stored records and byte gathering.
+"""The compiled (numba) loops of the disk format: varints and stored records.
 
 Apart from the modules that call them, so that importing the format (as TensorBoard's
 plugin process does at start) does not load numba: they import this module on first use.
@@ -53,12 +53,6 @@ def unleb128(data, sizes):
             n += 1
             counts[part] += 1
     return values[:n], counts, 0
-
-
-@numba.njit(cache=True, nogil=True)
-def gather(data, starts, sizes, out, out_starts):
-    for i in range(len(starts)):
-        out[out_starts[i] : out_starts[i] + sizes[i]] = data[starts[i] : starts[i] + sizes[i]]
 
 
 #: The columns of ``scan_records``'s body facts.

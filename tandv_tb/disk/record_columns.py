@@ -11,7 +11,8 @@ dtype's range, float32 statistics as uint32 patterns, a well-formed block format
 the one rule, ``_first_failed``, written once. Both decoders only gather the facts it
 judges (``_Facts``); ``decode_vector`` (and so ``decode_tensor``) names the first check a
 single record fails. The block formats section is self-describing, so callers that know
-nothing of block formats read such records all the same (without it).
+nothing of block formats read such records all the same (without it); ``block_columns``
+checks it and decodes it in columns.
 """
 
 from __future__ import annotations
@@ -23,27 +24,15 @@ import numpy as np
 
 from tandv_tb import formats as fmt
 from tandv_tb.disk import metadata, small_loops
+from tandv_tb.disk.block_columns import BlockEntries, block_entries, block_failures
 from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.record import COUNTS, STATISTICS, BlockCounts, NumericsRecord
-from tandv_tb.disk.summary import (
-    BINS_OFFSET,
-    BLOCK_HEAD,
-    BLOCK_SUMS,
-    HEADER,
-    SCALE_OFFSET,
-    stored_vector,
-)
-from tandv_tb.formats.blocks import MX_SCALE_MAX, MX_SCALE_MIN
+from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.disk.summary import BINS_OFFSET, HEADER, stored_vector
+from tandv_tb.storage.ranges import ragged_index, segment_sums, starts_of
 
 _FLOAT64_CODE = metadata.DTYPE_CODES.index("float64")
 _MIN_EXPONENT = np.array([fmt.info(d).min_exponent for d in metadata.DTYPE_CODES])
 _MAX_EXPONENT = np.array([fmt.info(d).max_exponent for d in metadata.DTYPE_CODES])
-#: Bounds of a block formats section: formats in one (every name with either scale rule),
-#: scale exponents (E8M0's), and the sums' unit exponent as stored (BINS_OFFSET + e).
-_MAX_BLOCK_FORMATS = 64
-_SCALE_MIN, _SCALE_MAX = MX_SCALE_MIN, MX_SCALE_MAX
-_MAX_STORED_EXPONENT = 2 * BINS_OFFSET
-_FLOAT64_INF_BITS = 0x7FF0000000000000
 
 
 @dataclasses.dataclass
@@ -54,7 +43,7 @@ class DecodedRows:
     ``bins[bin_starts[i]:bin_starts[i + 1]]`` (from exponent ``bins_lo[i]``); its casts are
     ``casts[cast_starts[i]:cast_starts[i + 1]]``, (underflow, overflow) pairs in the tag's
     format order; its block formats section ``tails[tail_starts[i]:tail_starts[i + 1]]``
-    (empty when it has none), as columns in ``blocks``."""
+    (empty when it has none), as columns in ``blocks`` (``block_columns``)."""
 
     kept: np.ndarray  # int64[K]
     dtype_codes: np.ndarray  # int64[K]
@@ -74,7 +63,7 @@ class DecodedRows:
     @functools.cached_property
     def blocks(self) -> BlockEntries:
         """The rows' block formats sections as columns (``block_entries``)."""
-        return block_entries(self)
+        return block_entries(self.tails, self.tail_starts, len(self))
 
 
 def decode_rows(
@@ -108,7 +97,7 @@ def decode_rows(
     n_values, header, body, stat_bits, bin_starts, bins, cast_starts, casts, tail_starts, tails = (
         scanned
     )
-    bad_blocks = _block_failures(tails, tail_starts, n_blocks)
+    bad_blocks = block_failures(tails, tail_starts, n_blocks)
     facts = _Facts(n_values, header, *body.T, bad_blocks)
     kept = np.flatnonzero(_first_failed(facts, n_formats) == 0)
     if len(kept) < len(sizes):  # some rows refused: only the kept rows' parts stay
@@ -119,9 +108,9 @@ def decode_rows(
     n_bins = header[:, HEADER - 1]
     parts = _Parts(
         bins_lo=np.where(n_bins > 0, header[:, HEADER - 2] - BINS_OFFSET, 0),
-        bin_starts=_starts(n_bins),
+        bin_starts=starts_of(n_bins),
         bins=bins if with_bins else None,
-        cast_starts=_starts(2 * n_formats[kept]),
+        cast_starts=starts_of(2 * n_formats[kept]),
         casts=casts,
         stat_bits=stat_bits,
         tail_starts=tail_starts,
@@ -131,16 +120,16 @@ def decode_rows(
 
 
 def _kept_starts(starts: np.ndarray, kept: np.ndarray) -> np.ndarray:
-    return _starts((starts[1:] - starts[:-1])[kept])
+    return starts_of((starts[1:] - starts[:-1])[kept])
 
 
 def _compact(values: np.ndarray, starts: np.ndarray, kept: np.ndarray) -> np.ndarray:
     """The ragged parts ``values[starts[i]:starts[i + 1]]`` of the ``kept`` rows, in order."""
-    from tandv_tb.disk import kernels
+    from tandv_tb.storage import kernels
 
     sizes = (starts[1:] - starts[:-1])[kept]
     out = np.empty(int(sizes.sum()), dtype=values.dtype)
-    kernels.gather(values, starts[kept], sizes, out, _starts(sizes)[:-1])
+    kernels.gather(values, starts[kept], sizes, out, starts_of(sizes)[:-1])
     return out
 
 
@@ -163,24 +152,19 @@ def _decode_vectors(
     facts = _Facts(lengths, header, *np.zeros((6, len(lengths)), dtype=np.int64))
     inside = np.flatnonzero(fits)
     parts = _Parts.gather(flat, offsets[inside], header[inside], n_formats[inside], lengths[inside])
-    facts.negative_bins[inside] = _segment_sums(parts.bins < 0, parts.bin_starts)
-    facts.bin_sum[inside] = _segment_sums(parts.bins, parts.bin_starts)
-    facts.negative_casts[inside] = _segment_sums(parts.casts < 0, parts.cast_starts)
+    facts.negative_bins[inside] = segment_sums(parts.bins < 0, parts.bin_starts)
+    facts.bin_sum[inside] = segment_sums(parts.bins, parts.bin_starts)
+    facts.negative_casts[inside] = segment_sums(parts.casts < 0, parts.cast_starts)
     facts.stat_min[inside] = parts.stat_bits.min(axis=1)
     facts.stat_max[inside] = parts.stat_bits.max(axis=1)
     tail_lengths = np.zeros(len(lengths), dtype=np.int64)
     tail_lengths[inside] = np.diff(parts.tail_starts)
-    facts.bad_blocks[:] = _block_failures(parts.tails, _starts(tail_lengths), n_blocks)
+    facts.bad_blocks[:] = block_failures(parts.tails, starts_of(tail_lengths), n_blocks)
     codes = _first_failed(facts, n_formats)
     kept = np.flatnonzero(codes == 0)
     if len(kept) < len(inside):
         parts = _Parts.gather(flat, offsets[kept], header[kept], n_formats[kept], lengths[kept])
     return codes, _rows(kept, header[kept], parts)
-
-
-def _segment_sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The sums of ``values[starts[i]:starts[i + 1]]`` (int64, wrapping as the kernel's)."""
-    return np.diff(np.concatenate(([0], np.cumsum(values, dtype=np.int64)))[starts])
 
 
 def _rows(kept: np.ndarray, header: np.ndarray, parts: _Parts) -> DecodedRows:
@@ -222,10 +206,6 @@ def decode_vector(
     raise ValueError(_refusal(CHECKS[codes[0] - 1], values, len(formats)))
 
 
-def _starts(lengths: np.ndarray) -> np.ndarray:
-    return np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-
-
 @dataclasses.dataclass
 class _Parts:
     """The bins, casts and statistics' bit patterns of rows whose parts fit their vector."""
@@ -249,12 +229,12 @@ class _Parts:
         tail_lengths = starts + lengths - stat_at - n_stats
         return cls(
             bins_lo=np.where(n_bins > 0, header[:, HEADER - 2] - BINS_OFFSET, 0),
-            bin_starts=_starts(n_bins),
+            bin_starts=starts_of(n_bins),
             bins=flat[ragged_index(starts + HEADER, n_bins)],
-            cast_starts=_starts(2 * row_formats),
+            cast_starts=starts_of(2 * row_formats),
             casts=flat[ragged_index(cast_at, 2 * row_formats)],
             stat_bits=stat_bits.reshape(len(starts), n_stats),
-            tail_starts=_starts(tail_lengths),
+            tail_starts=starts_of(tail_lengths),
             tails=flat[ragged_index(stat_at + n_stats, tail_lengths)],
         )
 
@@ -342,95 +322,6 @@ def _refusal(reason: str, values: np.ndarray, n_formats: int) -> str:
     )
 
 
-def _block_failures(
-    tails: np.ndarray, starts: np.ndarray, n_blocks: np.ndarray | None
-) -> np.ndarray:
-    """Per row, whether its block formats section ``tails[starts[i]:starts[i + 1]]`` is
-    malformed (layout in ``summary``), or, where ``n_blocks`` is given, holds another
-    number of formats than its tag (no section where that is 0). Vectorised over the rows,
-    one block format at a time."""
-    lengths = np.diff(starts)
-    bad = np.zeros(len(lengths), dtype=bool)
-    if n_blocks is not None:
-        bad |= (lengths > 0) != (n_blocks > 0)
-    rows = np.flatnonzero(lengths > 0)
-    if not len(rows):
-        return bad
-    at, end = starts[rows].copy(), starts[rows + 1]
-    count = tails[at]
-    ok = (count >= 1) & (count <= _MAX_BLOCK_FORMATS)
-    if n_blocks is not None:
-        ok &= count == n_blocks[rows]
-    at += 1
-    fixed = len(BLOCK_HEAD) + 2  # the counts, scale_lo and n_scales
-    for k in range(int(count[ok].max()) if ok.any() else 0):
-        live = np.flatnonzero(ok & (count > k))
-        fits = at[live] + fixed <= end[live]
-        ok[live[~fits]] = False
-        live = live[fits]
-        head = tails[at[live, None] + np.arange(fixed)]
-        lo, n = head[:, -2] - SCALE_OFFSET, head[:, -1]
-        good = (head[:, : len(BLOCK_HEAD)] >= 0).all(axis=1) & (n >= 0)
-        good &= (n == 0) | ((lo >= _SCALE_MIN) & (lo + n - 1 <= _SCALE_MAX))
-        scales_at = at[live] + fixed
-        good &= scales_at + np.where(good, n, 0) + 3 <= end[live]
-        ok[live[~good]] = False
-        live, scales_at, n = live[good], scales_at[good], n[good]
-        negative = _segment_sums(tails[ragged_index(scales_at, n)] < 0, _starts(n))
-        sums = tails[(scales_at + n)[:, None] + np.arange(3)]
-        good = (negative == 0) & (sums[:, 0] >= 0) & (sums[:, 0] <= _MAX_STORED_EXPONENT)
-        good &= ((sums[:, 1:] >= 0) & (sums[:, 1:] <= _FLOAT64_INF_BITS)).all(axis=1)
-        ok[live[~good]] = False
-        at[live] = scales_at + n + 3
-    ok &= at == end
-    bad[rows[~ok]] = True
-    return bad
-
-
-def gather_ranges(
-    data: np.ndarray,
-    starts: np.ndarray,
-    sizes: np.ndarray,
-    *,
-    out: np.ndarray | None = None,
-    out_starts: np.ndarray | None = None,
-) -> np.ndarray:
-    """The byte ranges ``data[starts[i]:starts[i] + sizes[i]]`` laid end to end, or each
-    written at ``out[out_starts[i]:]``: small inputs by numpy indexing (``small_loops``),
-    large ones in one compiled pass, without the index array (one int64 per byte)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    sizes = np.asarray(sizes, dtype=np.int64)
-    if out is None:
-        out = np.empty(int(sizes.sum()), dtype=np.uint8)
-        out_starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    out_starts = np.asarray(out_starts, dtype=np.int64)
-    if len(starts) and (
-        starts.min() < 0
-        or sizes.min() < 0
-        or (starts + sizes).max() > len(data)
-        or out_starts.min() < 0
-        or (out_starts + sizes).max() > len(out)
-    ):
-        raise ValueError("a byte range lies outside the data")
-    if sizes.sum() <= small_loops.SMALL_BYTES:  # numba's first call costs more
-        out[ragged_index(out_starts, sizes)] = data[ragged_index(starts, sizes)]
-        return out
-    from tandv_tb.disk import kernels  # numba: loaded on first use
-
-    kernels.gather(data, starts, sizes, out, out_starts)
-    return out
-
-
-def ragged_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Indices ``starts[i] + k`` for ``k < lengths[i]``, concatenated over i."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return np.arange(total, dtype=np.int64) + offsets
-
-
 def _decode_statistics(bits: np.ndarray, is_float64: np.ndarray) -> np.ndarray:
     """Float32 bit patterns (stored as uint32 values) or float64 bit patterns, per row."""
     with np.errstate(invalid="ignore"):  # signalling NaN patterns stay NaN
@@ -438,87 +329,6 @@ def _decode_statistics(bits: np.ndarray, is_float64: np.ndarray) -> np.ndarray:
     if is_float64.any():
         out[is_float64] = bits[is_float64].view(np.float64)
     return out.reshape(bits.shape)
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockEntries:
-    """The block formats sections of decoded rows as columns: one entry per (row, block
-    format), ordered by row, then by the format's place in its tag's ``block_formats``.
-
-    Entry e is of decoded row ``row[e]`` and block format ``format_index[e]``; its counts
-    are ``counts[e]`` (``BLOCK_HEAD``), its scale histogram ``scales[scale_starts[e]:
-    scale_starts[e + 1]]`` from exponent ``scale_lo[e]`` (trimmed to its non-empty range;
-    ``scale_lo`` 0 when empty), its sums ``exponent``, ``signal`` and ``error``
-    (``record.BlockCounts``). Row i's entries are ``row_starts[i]:row_starts[i + 1]``."""
-
-    row: np.ndarray  # int64[E]
-    format_index: np.ndarray  # int64[E]
-    counts: np.ndarray  # int64[E, len(BLOCK_HEAD)]
-    scale_lo: np.ndarray  # int64[E]
-    scale_starts: np.ndarray  # int64[E + 1]
-    scales: np.ndarray  # int64
-    exponent: np.ndarray  # int64[E]
-    signal: np.ndarray  # float64[E]
-    error: np.ndarray  # float64[E]
-    row_starts: np.ndarray  # int64[K + 1]
-
-    def __len__(self) -> int:
-        return len(self.row)
-
-    def block_counts(self, entry: int) -> BlockCounts:
-        """The ``BlockCounts`` of one entry."""
-        start, end = self.scale_starts[entry], self.scale_starts[entry + 1]
-        return BlockCounts(
-            *self.counts[entry].tolist(),
-            scale_lo=int(self.scale_lo[entry]),
-            scales=self.scales[start:end].copy(),
-            exponent=int(self.exponent[entry]),
-            signal=float(self.signal[entry]),
-            error=float(self.error[entry]),
-        )
-
-
-def block_entries(rows: DecodedRows) -> BlockEntries:
-    """The block formats sections of ``rows`` (each well formed: ``decode_rows`` checked
-    it) as ``BlockEntries``: vectorised over the rows, one block format at a time."""
-    tails, starts = rows.tails, rows.tail_starts
-    holding = np.flatnonzero(np.diff(starts) > 0)
-    count = tails[starts[holding]]
-    at = starts[holding] + 1
-    fixed = len(BLOCK_HEAD) + 2  # the counts, scale_lo and n_scales
-    parts = []
-    for k in range(int(count.max()) if len(count) else 0):
-        live = np.flatnonzero(count > k)
-        head = tails[at[live, None] + np.arange(fixed)]
-        n = head[:, -1]
-        scales_at = at[live] + fixed
-        sums = tails[(scales_at + n)[:, None] + np.arange(len(BLOCK_SUMS))]
-        parts.append((holding[live], np.full(len(live), k), head, scales_at, n, sums))
-        at[live] = scales_at + n + len(BLOCK_SUMS)
-    row, index, head, scales_at, n, sums = (
-        [np.concatenate(part) for part in zip(*parts)]
-        if parts
-        else [np.zeros(0, np.int64)] * 2
-        + [np.zeros((0, fixed), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)]
-        + [np.zeros((0, len(BLOCK_SUMS)), np.int64)]
-    )
-    order = np.lexsort((index, row))
-    row, index, head, scales_at, n, sums = (
-        a[order] for a in (row, index, head, scales_at, n, sums)
-    )
-    moments = np.ascontiguousarray(sums[:, 1:]).view(np.float64)
-    return BlockEntries(
-        row=row.astype(np.int64),
-        format_index=index.astype(np.int64),
-        counts=head[:, : len(BLOCK_HEAD)].copy(),
-        scale_lo=np.where(n > 0, head[:, -2] - SCALE_OFFSET, 0),
-        scale_starts=_starts(n),
-        scales=tails[ragged_index(scales_at, n)],
-        exponent=sums[:, 0] - BINS_OFFSET,
-        signal=moments[:, 0].copy(),
-        error=moments[:, 1].copy(),
-        row_starts=_starts(np.bincount(row, minlength=len(rows)).astype(np.int64)),
-    )
 
 
 def to_record(

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from tandv_tb.storage import ranges
+
 #: Inputs up to this many bytes take the numpy loops (about 10-20 ms a MB; their
-#: temporary arrays take at most about 40 bytes a byte).
-SMALL_BYTES = 4 << 20
+#: temporary arrays take at most about 40 bytes a byte): the storage's threshold.
+SMALL_BYTES = ranges.SMALL_BYTES
 _MAX_VARINT_BYTES = 10  # 64 bits, 7 a byte
 
 

@@ -17,11 +17,11 @@ import numpy as np
 
 from tandv_tb.disk.chunk_values import Chunk
 from tandv_tb.disk.event_reader import DataWarning, read_file, select_runs
-from tandv_tb.disk.locations import ByteSource
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, to_record
 from tandv_tb.disk.tag_table import TagTable
+from tandv_tb.storage.ranges import ByteSource
 
 
 def _warn(message: str) -> None:
@@ -62,7 +62,7 @@ def read_records(
     logdir: str | os.PathLike, run: str | None = None
 ) -> Iterator[tuple[str, TagInfo, int, NumericsRecord]]:
     """``(run, tag_info, step, record)`` for every readable numerics record under
-    ``logdir`` (a path or a URL, ``tandv_tb.disk.locations``); what cannot be read is
+    ``logdir`` (a path or a URL, ``tandv_tb.storage``); what cannot be read is
     skipped with a ``DataWarning`` (see the module doc)."""
     runs = select_runs(logdir, run)
     for name, files in runs.items():

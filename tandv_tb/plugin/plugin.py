@@ -25,7 +25,6 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tandv_tb.disk import metadata
-from tandv_tb.disk.locations import StorageError
 from tandv_tb.plugin import block_views, csv_views, findings_route, views
 from tandv_tb.plugin.listing import Listing, provider_tags, store_tags
 from tandv_tb.plugin.params import Params
@@ -41,6 +40,7 @@ from tandv_tb.plugin.responses import (
 from tandv_tb.plugin.scalars import Scalars
 from tandv_tb.plugin.static_files import static_file
 from tandv_tb.plugin.worker import ResponseWorker
+from tandv_tb.storage.locations import StorageError
 from tandv_tb.store import NumericsStore
 from tandv_tb.store.logdir import Logdir
 

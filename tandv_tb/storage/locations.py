@@ -25,9 +25,10 @@ import threading
 import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
 
 import numpy as np
+
+from tandv_tb.storage.ranges import ByteSource, LocalBytes, gather_ranges
 
 #: A URL as TensorBoard tells one from a path (``data_ingester._parse_event_files_spec``).
 _URL = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://")
@@ -100,28 +101,6 @@ _UNREACHABLE = {
 }
 
 
-class ByteSource(Protocol):
-    """A file's bytes, read by range (``event_reader.read_chunk`` reads through it)."""
-
-    name: str  # the file as messages name it
-
-    def read(self, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes from ``offset`` (fewer at the end; none past it);
-        ``OSError`` where the file cannot be read."""
-
-
-class LocalBytes:
-    """A local file, opened for each read (a growing file is read as it is then)."""
-
-    def __init__(self, path: str):
-        self.name = path
-
-    def read(self, offset: int, size: int) -> bytes:
-        with open(self.name, "rb") as file:
-            file.seek(offset)
-            return file.read(size)
-
-
 #: Event files of one run folder: ``{name: size}``, by name.
 Files = dict[str, int]
 
@@ -132,6 +111,7 @@ class Location:
 
     url: str  # as given
     key: str  # what tells this location from every other (the store's database is per key)
+    local: bool  # a local folder: read with no request, files appended to (``location``)
 
     def exists(self) -> bool:
         raise NotImplementedError
@@ -169,6 +149,8 @@ class Location:
 class LocalFolder(Location):
     """A local folder, read with the operating system."""
 
+    local = True
+
     def __init__(self, path: str):
         self.url = path
         self.root = os.path.expanduser(path)
@@ -201,8 +183,6 @@ class LocalFolder(Location):
         return LocalBytes(self.join(run, name))
 
     def read_ranges(self, run, name, at, sizes, out, out_at) -> None:
-        from tandv_tb.disk.record_columns import gather_ranges
-
         data = np.memmap(self.join(run, name), dtype=np.uint8, mode="r")
         gather_ranges(data, at, sizes, out=out, out_starts=out_at)
 
@@ -224,6 +204,8 @@ class RemoteFolder(Location):
     """A folder behind an fsspec URL. Listings are asked of the storage each time (fsspec's
     listing cache is dropped first), bytes are read by range: an update reads only what is
     new."""
+
+    local = False
 
     def __init__(self, url: str):
         self.url = url
@@ -436,9 +418,18 @@ def _endpoint(url: str) -> str:
     return os.environ.get("S3_ENDPOINT", "")
 
 
-def location(logdir: str | os.PathLike) -> Location:
-    """The ``Location`` of a path or URL; a ``file://`` URL is a local folder."""
+def is_local(logdir: str | os.PathLike) -> bool:
+    """Whether ``logdir`` is a local folder (a path, or a ``file://`` URL): the one
+    local-or-remote rule, for ``location`` and the writers."""
     text = os.fspath(logdir)
+    return text.startswith("file://") or not is_url(text)
+
+
+def location(logdir: str | os.PathLike) -> Location:
+    """The ``Location`` of a path or URL (``is_local``)."""
+    text = os.fspath(logdir)
+    if not is_local(text):
+        return RemoteFolder(text)
     if text.startswith("file://"):
-        return LocalFolder(urllib.parse.unquote(urllib.parse.urlsplit(text).path) or "/")
-    return RemoteFolder(text) if is_url(text) else LocalFolder(text)
+        text = urllib.parse.unquote(urllib.parse.urlsplit(text).path) or "/"
+    return LocalFolder(text)

@@ -1,13 +1,14 @@
 """The ``blocks`` and ``block_scales`` rows of a chunk's records (``schema``): what each
 recorded block-scaled format does, decoded from the records' block formats sections
-(``record_columns.BlockEntries``) and stored in the order of their records."""
+(``block_columns.BlockEntries``) and stored in the order of their records."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tandv_tb.disk.record_columns import BlockEntries, ragged_index
+from tandv_tb.disk.block_columns import BlockEntries
 from tandv_tb.disk.summary import BLOCK_HEAD
+from tandv_tb.storage.ranges import ragged_index
 
 #: Rows to append: column name -> numpy array, in the table's column order.
 Columns = dict[str, np.ndarray]

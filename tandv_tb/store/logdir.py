@@ -4,7 +4,7 @@ offset, byte ranges of stored vectors). The event files are never copied into th
 a record's vector is read back from where it lies.
 
 A logdir is what TensorBoard was given: one ``--logdir`` (a local folder, a ``file://``
-URL, or any fsspec URL: ``s3://``, ``gs://``, ...; ``tandv_tb.disk.locations``), or a
+URL, or any fsspec URL: ``s3://``, ``gs://``, ...; ``tandv_tb.storage.locations``), or a
 ``--logdir_spec`` of several, each perhaps with a group name. Runs are named as
 TensorBoard names them: the folder's path relative to its logdir ("." for the logdir
 itself), behind ``<group>/`` where the logdir has a group name (``os.path.join``'s rule, so
@@ -20,8 +20,8 @@ import numpy as np
 
 from tandv_tb.disk.chunk_values import Chunk
 from tandv_tb.disk.event_reader import CHUNK_BYTES, read_chunk
-from tandv_tb.disk.locations import Files, LocalFolder, Location, StorageError, location
 from tandv_tb.disk.tag_table import TagTable
+from tandv_tb.storage.locations import Files, Location, StorageError, location
 
 #: Bytes of a run's first event file read to list its tags before the store reads it (a
 #: tracker's first step of 1,000 tensors, each tag with its metadata, is about 250 KB).
@@ -36,7 +36,7 @@ class RunFiles:
     def __init__(self, where: Location, run: str):
         self.where = where  # the logdir it lies in
         self.run = run  # the folder's path relative to its logdir
-        self.local = isinstance(where, LocalFolder)  # reading costs no request
+        self.local = where.local  # reading costs no request
 
     def sizes(self) -> Files:
         """``{name: size}`` of the run's event files now, by name."""
@@ -99,7 +99,7 @@ class Logdir:
         keys = [where.key if name is None else f"{name}={where.key}" for name, where in roots]
         self.key = keys[0] if len(roots) == 1 and roots[0][0] is None else "spec:" + ",".join(keys)
         self.root = ",".join(where.url for _, where in roots)  # for messages
-        self.local = all(isinstance(where, LocalFolder) for _, where in roots)
+        self.local = all(where.local for _, where in roots)
 
     @classmethod
     def of(cls, logdir: str | os.PathLike) -> Logdir:

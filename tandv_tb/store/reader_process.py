@@ -35,8 +35,8 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from tandv_tb.disk.locations import Location, location
 from tandv_tb.disk.tag_table import TagTable
+from tandv_tb.storage.locations import Location, location
 from tandv_tb.store import logdir
 from tandv_tb.store.ingest import READ_HERE, Columns, Decoded, Piece, read_piece
 from tandv_tb.store.logdir import RunFiles, first_tags_of

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tandv_tb.disk.locations import StorageError
 from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.record_columns import decode_rows, decode_tensor
 from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat, Format
+from tandv_tb.storage.locations import StorageError
 from tandv_tb.store.database import Database
 from tandv_tb.store.held import HeldColumns
 from tandv_tb.store.layout import HeldLayout

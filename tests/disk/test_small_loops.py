@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tandv_tb.disk import kernels, small_loops
-from tandv_tb.disk.record_columns import gather_ranges
 from tandv_tb.disk.summary import decode_varint_parts, encode_varints
+from tandv_tb.storage.ranges import gather_ranges
 
 EDGES = np.array([0, 1, -1, 127, 128, 2**63 - 1, -(2**63), 2**35, -(2**35)], dtype=np.int64)
 
