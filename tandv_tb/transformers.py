@@ -14,7 +14,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from tandv_tb.torch import Tracker, track
-from tandv_tb.tracking import default_logdir
+from tandv_tb.tracking.options import default_logdir
 from tandv_tb.trainer_callbacks import WarnOnce, checked_options, refuse_tracked
 
 

@@ -20,9 +20,9 @@ from jax.extend.core import get_opaque_trace_state
 from tandv_tb.jax import kernels
 from tandv_tb.jax.probe import probe
 from tandv_tb.jax.skips import Verdict, untrackable
-from tandv_tb.leaf_names import map_leaves
 from tandv_tb.stats.engine import Pending
-from tandv_tb.tracking import SkipLog
+from tandv_tb.tracking.leaf_names import map_leaves
+from tandv_tb.tracking.skips import SkipLog
 
 OUTPUT_TYPES = ("Activation", "Gradient")
 

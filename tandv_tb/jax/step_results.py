@@ -1,5 +1,5 @@
 """One tracked step on the host: every recorded value's statistics fetched in one transfer,
-merged per tracked tensor (``tandv_tb.step_buffer``: a module called several times gives
+merged per tracked tensor (``tandv_tb.tracking.step_buffer``: a module called several times gives
 one record)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 
 from tandv_tb.jax.compiled import Packed
 from tandv_tb.stats import Pending, TensorStats
-from tandv_tb.step_buffer import StepBuffer, merged
+from tandv_tb.tracking.step_buffer import StepBuffer, merged
 
 
 @dataclasses.dataclass

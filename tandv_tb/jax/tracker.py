@@ -16,9 +16,11 @@ from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
 from tandv_tb.jax.watch import WatchCollector, WatchResults, output_counts
-from tandv_tb.orders import Orders
-from tandv_tb.tracker_base import TrackerBase, TrackOptions
-from tandv_tb.tracking import Patterns, SkipLog
+from tandv_tb.tracking.options import TrackOptions
+from tandv_tb.tracking.orders import Orders
+from tandv_tb.tracking.selection import Patterns
+from tandv_tb.tracking.skips import SkipLog
+from tandv_tb.tracking.tracker_base import TrackerBase
 from tandv_tb.writer import RecordItem
 
 MODULE_OUTPUTS = ("Activation", "Gradient")
@@ -318,7 +320,7 @@ def track(
     (the statistics of a global array are computed by a program all processes run, so they
     describe the whole array); process 0 alone writes.
 
-    The options are checked once, as a ``tandv_tb.tracker_base.TrackOptions`` (the options
+    The options are checked once, as a ``tandv_tb.tracking.options.TrackOptions`` (the options
     PyTorch's ``track`` shares): a bad value raises a ``ValueError`` or ``TypeError`` naming
     its keyword before anything is written.
     """

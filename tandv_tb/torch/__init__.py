@@ -4,14 +4,12 @@ Modules: ``tracker`` (``track``, the step cycle), ``options`` (``track``'s optio
 checked), ``hooks`` (module outputs and their gradients), ``inputs`` (module inputs and
 their gradients), ``attaching`` (any tensor in a forward), ``compiled`` (what
 ``torch.compile`` needs: the operator the hooks put into its graphs, the rule for what a
-step does with a tensor, when compiled code is dropped), ``parameters`` (weights, weight gradients,
-optimizer state), ``recorder`` (statistics started on the tensor's device), ``memo`` (a
-tensor seen twice in a step), ``distributed`` (combining ranks), ``watch`` (NaN/Inf on
-every step), ``naming`` and ``skips``. What the JAX tracker shares is in
-``tandv_tb.tracker_base``, ``tandv_tb.tracking``, ``tandv_tb.step_buffer``,
-``tandv_tb.orders`` and ``tandv_tb.leaf_names``.
+step does with a tensor, when compiled code is dropped), ``parameters`` (weights, weight
+gradients, optimizer state), ``recorder`` (statistics started on the tensor's device),
+``memo`` (a tensor seen twice in a step), ``distributed`` (combining ranks), ``watch``
+(NaN/Inf on every step), ``naming`` and ``skips``. What the JAX tracker shares is in
+``tandv_tb.tracking``.
 """
-
 from tandv_tb.torch.attaching import attach
 from tandv_tb.torch.compiled import CompiledBeforeTrackWarning
 from tandv_tb.torch.skips import UntrackableTensorWarning

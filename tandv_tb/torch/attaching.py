@@ -17,7 +17,7 @@ from torch import nn
 
 from tandv_tb.torch import compiled, naming
 from tandv_tb.torch.skips import untrackable_reason
-from tandv_tb.tracking import SkipLog
+from tandv_tb.tracking.skips import SkipLog
 
 #: The trackers whose tracked step is running now (read by ``attach`` before anything else).
 _sinks: list[Attachments] = []

@@ -36,12 +36,12 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from tandv_tb.orders import Orders
 from tandv_tb.torch import naming
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Named, Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.watch import Watch
+from tandv_tb.tracking.orders import Orders
 
 #: Whether dynamo traces the tracker's hooks into compiled graphs. Tested on torch 2.13;
 #: torch 2.11's dynamo stops with an internal error on them (a CUDA machine's run of

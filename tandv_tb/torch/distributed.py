@@ -39,7 +39,7 @@ from tandv_tb import formats as fmt
 from tandv_tb.disk.record import COUNTS
 from tandv_tb.stats import TensorStats
 from tandv_tb.stats.tensor_stats import MOMENTS
-from tandv_tb.step_buffer import Entry
+from tandv_tb.tracking.step_buffer import Entry
 
 _SLOT = 1 + len(MOMENTS)  # finite count, then the moments
 

@@ -21,10 +21,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tandv_tb.orders import Orders
 from tandv_tb.torch import compiled, naming
 from tandv_tb.torch.compiled import StepTensors
 from tandv_tb.torch.options import TorchOptions
+from tandv_tb.tracking.orders import Orders
 
 
 @compiled.constant_in_graph

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch import nn
 
-from tandv_tb.leaf_names import map_leaves, named_leaves
+from tandv_tb.tracking.leaf_names import map_leaves, named_leaves
 
 #: Attributes through which wrappers (FSDP, torch.compile, activation checkpointing) hold
 #: the module they wrap; they add nothing to a name. Private (torch has no public way to
@@ -89,7 +89,8 @@ def _is_tensor(value: object) -> bool:
 
 def output_tensors(output: object, name: str) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` for every tensor in a module's output, named by
-    ``tandv_tb.leaf_names`` (``name``, ``name.1``, ... in a tuple; ``name.<key>`` in a dict)."""
+    ``tandv_tb.tracking.leaf_names`` (``name``, ``name.1``, ... in a tuple; ``name.<key>``
+    in a dict)."""
     return named_leaves(output, name, _is_tensor)
 
 

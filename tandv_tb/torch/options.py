@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from tandv_tb.tracker_base import TrackOptions
+from tandv_tb.tracking.options import TrackOptions
 
 
 @dataclasses.dataclass(frozen=True)

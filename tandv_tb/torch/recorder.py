@@ -8,10 +8,10 @@ import torch
 
 from tandv_tb import stats
 from tandv_tb.stats import Pending
-from tandv_tb.step_buffer import Entry, StepBuffer
 from tandv_tb.torch.memo import TensorMemo
 from tandv_tb.torch.skips import untrackable_reason
-from tandv_tb.tracking import SkipLog
+from tandv_tb.tracking.skips import SkipLog
+from tandv_tb.tracking.step_buffer import Entry, StepBuffer
 
 try:
     from torch.distributed.tensor import DTensor

@@ -11,8 +11,6 @@ from torch import nn
 
 from tandv_tb import stats
 from tandv_tb.disk.nonfinite_record import entries_from_stats
-from tandv_tb.orders import Orders
-from tandv_tb.step_buffer import merged
 from tandv_tb.torch import compiled
 from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.compiled import CompiledTracking, StepTensors
@@ -24,8 +22,11 @@ from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.skips import UntrackableTensorWarning
 from tandv_tb.torch.watch import Watch, across_ranks
-from tandv_tb.tracker_base import TrackerBase
-from tandv_tb.tracking import Patterns, SkipLog
+from tandv_tb.tracking.orders import Orders
+from tandv_tb.tracking.selection import Patterns
+from tandv_tb.tracking.skips import SkipLog
+from tandv_tb.tracking.step_buffer import merged
+from tandv_tb.tracking.tracker_base import TrackerBase
 from tandv_tb.writer import RecordItem
 
 #: Modules that open trackers hook, with how many trackers hook each.

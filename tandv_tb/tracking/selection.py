@@ -1,13 +1,8 @@
-"""What both trackers share: which names and steps are tracked (``include``/``exclude``,
-``every``), one warning per skipped tensor, and the default logdir."""
+"""Which names are tracked: ``include``/``exclude`` as one ``Selection``."""
 
 from __future__ import annotations
 
-import datetime
-import os
 import re
-import socket
-import warnings
 from collections.abc import Iterable
 
 Patterns = str | re.Pattern | Iterable[str | re.Pattern] | None
@@ -52,39 +47,3 @@ class Selection:
             answer = included and not any(p.search(name) for p in self._exclude)
             self._cache[name] = answer
         return answer
-
-
-def check_every(every: object) -> int:
-    """``every`` as a positive int, or a clear error."""
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"every must be a positive integer, got {every!r}")
-    return every
-
-
-def is_tracked_step(step: int, every: int) -> bool:
-    """Steps 0, every, 2 * every, ... are tracked."""
-    return step % every == 0
-
-
-class SkipLog:
-    """Warns once per (name, tensor type, reason), with the tracker's warning category."""
-
-    def __init__(self, category: type[Warning]) -> None:
-        self._category = category
-        self._seen: set[tuple[str, str, str]] = set()
-
-    def skip(self, name: str, tensor_type: str, reason: str) -> None:
-        key = (name, tensor_type, reason)
-        if key not in self._seen:
-            self._seen.add(key)
-            warnings.warn(
-                f"tandv_tb: not tracking {tensor_type} {name!r}: {reason}",
-                self._category,
-                stacklevel=4,
-            )
-
-
-def default_logdir() -> str:
-    """``runs/<date>_<host>``, as ``SummaryWriter`` picks."""
-    now = datetime.datetime.now().strftime("%b%d_%H-%M-%S")
-    return os.path.join("runs", f"{now}_{socket.gethostname()}")

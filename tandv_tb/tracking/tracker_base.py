@@ -1,52 +1,18 @@
-"""What both trackers (``tandv_tb.torch.track``, ``tandv_tb.jax.track``) share: the options
-they take, checked once, and the life of a tracker (its step counter, which steps are
-tracked, its writer, ``flush``, ``close`` and the ``with`` block)."""
+"""The life of a tracker, both trackers' (``tandv_tb.torch.track``, ``tandv_tb.jax.track``):
+its step counter, its cadence (which steps are tracked: ``is_tracked_step``), its writer,
+``flush``, ``close`` and the ``with`` block."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Sequence
 
-from tandv_tb.formats import check_formats
-from tandv_tb.tracking import Patterns, Selection, check_every, default_logdir, is_tracked_step
+from tandv_tb.tracking.options import TrackOptions, default_logdir
 from tandv_tb.writer import NumericsWriter
 
 
-@dataclasses.dataclass(frozen=True)
-class TrackOptions:
-    """The options both ``track`` functions take (their docstrings say what each does).
-
-    Made from ``track``'s keywords, whose defaults are the only ones; bad values raise a
-    ``ValueError`` or ``TypeError`` naming the keyword. ``formats`` becomes a tuple of
-    canonical format names and ``include``/``exclude`` a ``Selection`` (``selected``).
-    """
-
-    logdir: str | os.PathLike | None
-    writer: object
-    every: int
-    include: Patterns
-    exclude: Patterns
-    track_gradients: bool
-    track_inputs: bool
-    formats: Sequence[str]
-    init_step: int
-    watch_nonfinite: bool
-    selected: Selection = dataclasses.field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        init_step = self.init_step
-        if isinstance(init_step, bool) or not isinstance(init_step, int) or init_step < 0:
-            raise ValueError(f"init_step must be an int >= 0, got {init_step!r}")
-        if not isinstance(self.watch_nonfinite, bool):
-            raise TypeError(f"watch_nonfinite must be a bool, got {self.watch_nonfinite!r}")
-        check_every(self.every)
-        try:
-            formats = check_formats(self.formats)
-        except (TypeError, ValueError) as error:
-            raise type(error)(f"formats: {error}") from None
-        object.__setattr__(self, "formats", formats)
-        object.__setattr__(self, "selected", Selection(self.include, self.exclude))
+def is_tracked_step(step: int, every: int) -> bool:
+    """Steps 0, every, 2 * every, ... are tracked."""
+    return step % every == 0
 
 
 class TrackerBase:

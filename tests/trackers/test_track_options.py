@@ -14,7 +14,7 @@ import torch
 import tandv_tb.jax
 import tandv_tb.torch
 from tandv_tb.torch.options import TorchOptions
-from tandv_tb.tracker_base import TrackOptions
+from tandv_tb.tracking.options import TrackOptions
 
 BAD = [
     ({"every": 0}, ValueError, "every"),

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from tandv_tb.torch import naming, track
-from tandv_tb.tracking import Selection
+from tandv_tb.tracking.selection import Selection
 from tests.helpers.torch_models import read_records
 
 T = torch.zeros(1)

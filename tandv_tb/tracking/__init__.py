@@ -1,0 +1,13 @@
+"""What both trackers (``tandv_tb.torch``, ``tandv_tb.jax``) share, below them and above the
+writer, from the bottom up:
+
+- ``selection``: which names are tracked (``include``/``exclude``); ``skips``: one warning
+  per tensor a tracker cannot track; ``leaf_names``: the one rule naming the tensors of a
+  module's output or inputs;
+- ``options``: ``TrackOptions``, the options both ``track`` functions take, checked once,
+  and the default logdir;
+- ``orders``: the one execution order of the tracked tensors; ``step_buffer``: one tracked
+  step's statistics by tracked tensor, merged once on the host;
+- ``tracker_base``: the life of a tracker (its steps and their cadence, its writer,
+  ``flush``, ``close``).
+"""
