@@ -10,6 +10,7 @@ gradients, optimizer state), ``recorder`` (statistics started on the tensor's de
 (NaN/Inf on every step), ``naming`` and ``skips``. What the JAX tracker shares is in
 ``tandv_tb.tracking``.
 """
+
 from tandv_tb.torch.attaching import attach
 from tandv_tb.torch.compiled import CompiledBeforeTrackWarning
 from tandv_tb.torch.skips import UntrackableTensorWarning

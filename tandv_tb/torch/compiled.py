@@ -185,15 +185,9 @@ class StepTensors:
         return self._active()
 
     def take(
-        self,
-        name: str,
-        tensor_type: str,
-        module_type: str,
-        order: int,
-        tensor: torch.Tensor,
-        *,
-        reuse: bool = True,
-    ) -> None:
+        self, name: str, tensor_type: str, module_type: str, order: int, tensor: torch.Tensor,
+        *, reuse: bool = True,
+    ) -> None:  # fmt: skip
         """Record ``tensor`` or check it, by the rule (``reuse``: ``Recorder.record``)."""
         if tensor_type in _FORWARD_TYPES and recomputing():
             return

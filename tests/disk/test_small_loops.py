@@ -8,7 +8,6 @@ import pytest
 
 from tandv_tb.disk import kernels, small_loops
 from tandv_tb.disk.summary import decode_varint_parts, encode_varints
-from tandv_tb.storage.ranges import gather_ranges
 
 EDGES = np.array([0, 1, -1, 127, 128, 2**63 - 1, -(2**63), 2**35, -(2**35)], dtype=np.int64)
 
@@ -81,18 +80,3 @@ def test_large_input_takes_the_compiled_loop_with_the_same_result():
     assert np.array_equal(decoded, values) and counts.sum() == len(values)
     small, _ = decode_varint_parts(data[: sizes[0]], sizes[:1])
     assert np.array_equal(small, values[: len(small)])
-
-
-@pytest.mark.parametrize("total", [1000, small_loops.SMALL_BYTES + 1000])
-def test_gather_ranges_both_ways(total):
-    rng = np.random.default_rng(0)
-    data = rng.integers(0, 256, total + 5000, dtype=np.uint8)
-    sizes = rng.integers(0, 2 * total // 50, 50)
-    sizes[-1] = max(total - sizes[:-1].sum(), 0)
-    starts = rng.integers(0, len(data) - sizes.max(), len(sizes))
-    expected = np.concatenate([data[s : s + n] for s, n in zip(starts, sizes)])
-    assert np.array_equal(gather_ranges(data, starts, sizes), expected)
-    out = np.zeros(len(expected) + 10, np.uint8)
-    out_starts = 10 + np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    gather_ranges(data, starts, sizes, out=out, out_starts=out_starts)
-    assert np.array_equal(out[10:], expected) and not out[:10].any()
