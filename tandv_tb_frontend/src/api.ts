@@ -30,6 +30,8 @@ export interface RunsResponse {
   runs: RunInfo[];
   scalar_runs: string[];
   skipped: Skipped[];
+  /** What the plugin says of itself, once (its store kept in a temporary place, and why). */
+  notices: string[];
   /** Every run's tensor types together, in dashboard order (the server decides it). */
   tensor_types: string[];
 }
@@ -188,7 +190,10 @@ export class ApiError extends Error {
   constructor(
     message: string,
     readonly status: number,
-    /** Why the logdir's storage failed (``denied``, ``missing``, ``unreachable``, ``failed``). */
+    /**
+     * Why the logdir's storage failed (``denied``, ``missing``, ``unreachable``, ``failed``),
+     * or ``cache``: the plugin's store could be written nowhere.
+     */
     readonly storage: string | null = null,
   ) {
     super(message);

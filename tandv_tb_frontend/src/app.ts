@@ -25,6 +25,12 @@ const STORAGE_HINTS: Record<string, string> = {
   unreachable:
     "Check the endpoint (AWS_ENDPOINT_URL, S3_ENDPOINT) and the network; the tab tries again at TensorBoard's next reload.",
   failed: "See TensorBoard's log; the tab tries again at its next reload.",
+  cache:
+    "Free space in the cache folder, or start TensorBoard with --tandv_cache_dir naming a folder that can be written.",
+};
+/** The title of a storage failure, by ``ApiError.storage`` (the logdir's, unless named). */
+const STORAGE_TITLES: Record<string, string> = {
+  cache: "The Numerics store could not be written.",
 };
 
 export class App {
@@ -35,6 +41,8 @@ export class App {
   private readonly lines: LinesCard;
   private readonly cards: HTMLElement[];
   private readonly main = h("main", { class: "tv-main" });
+  /** What the plugin says of itself (``RunsResponse.notices``), above everything else. */
+  private readonly notices = h("div", { class: "tv-notices", attrs: { role: "status" } });
   private refreshing: Promise<void> | null = null;
   private refreshAgain = false;
 
@@ -55,7 +63,9 @@ export class App {
       h("div", { class: "tv-top" }, [this.heatmap.card.root, this.histograms.card.root]),
       this.lines.card.root,
     ];
-    replaceChildren(this.root, [h("div", { class: "tv-app" }, [this.toolbar.root, this.main])]);
+    replaceChildren(this.root, [
+      h("div", { class: "tv-app" }, [this.toolbar.root, this.notices, this.main]),
+    ]);
     const relayout = debounce(() => this.relayout(), 200);
     new ResizeObserver(relayout).observe(this.root);
   }
@@ -87,6 +97,10 @@ export class App {
         known ? null : api.formats(),
         known ? null : api.metrics(),
       ]);
+      replaceChildren(
+        this.notices,
+        (runs.notices ?? []).map((text) => h("p", { class: "tv-notice", text })),
+      );
       catalog = {
         runs: runs.runs,
         scalarRuns: new Set(runs.scalar_runs),
@@ -105,7 +119,7 @@ export class App {
       const message = error instanceof Error ? error.message : String(error);
       replaceChildren(this.main, [
         storage
-          ? emptyState("The logdir's storage could not be read.", [
+          ? emptyState(STORAGE_TITLES[storage] ?? "The logdir's storage could not be read.", [
               message,
               STORAGE_HINTS[storage] ?? STORAGE_HINTS.failed,
             ])
