@@ -105,8 +105,10 @@ class Database:
     def cannot_write(self, error: BaseException) -> bool:
         """Whether ``error`` of a write means this place cannot take the store (for the
         store in memory: its buffer limit reached)."""
-        if self.path is None and isinstance(error, duckdb.OutOfMemoryException):
-            return True
+        if self.path is None and (
+            isinstance(error, duckdb.OutOfMemoryException) or "could not allocate" in str(error)
+        ):
+            return True  # as a commit says it too
         return cannot_write(error)
 
     def move(self, error: BaseException) -> bool:
@@ -215,10 +217,16 @@ def _advice(error: BaseException) -> str:
 
 def _copy_database(database: Path, to: Path) -> None:
     """Copy a database (the file, then its write-ahead log) where one can be read, else
-    nothing (the copy starts empty)."""
+    nothing (the copy starts empty). A part that does not fit is left out whole: the file
+    alone is the database as of its last checkpoint."""
     for suffix in ("", ".wal"):
-        with contextlib.suppress(OSError):
+        try:
             shutil.copyfile(f"{database}{suffix}", f"{to}{suffix}")
+        except OSError:
+            for part in ("", ".wal")[("", ".wal").index(suffix) :]:
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{to}{part}")
+            return
 
 
 def _connect(path: Path) -> duckdb.DuckDBPyConnection:
@@ -226,7 +234,7 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
     another version is deleted and made anew. A folder that cannot be written and a
     database held by another process raise."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    connection = None
+    connection, existed = None, path.exists()
     try:
         connection = _configure(duckdb.connect(str(path)))
         if _schema_version(connection) == str(SCHEMA_VERSION):
@@ -238,6 +246,9 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
             with contextlib.suppress(duckdb.Error):
                 connection.close()
         if "lock" in str(error).lower() or cannot_write(error):
+            if not existed:  # what it began to write is no database (nor to be copied)
+                with contextlib.suppress(OSError):
+                    path.unlink()
             raise  # held by another process, or a folder it cannot write: not damaged
         logger.warning("tandv_tb: the numerics store %s is damaged (%s): rebuilt", path, error)
     for stale in path.parent.glob(path.name + "*"):  # the database and its WAL
