@@ -10,7 +10,6 @@ EXTRAS = {
     "gs": "gcs",
     "gcs": "gcs",
     "abfs": "azure",
-    "abfss": "azure",
     "az": "azure",
 }
 
