@@ -103,8 +103,10 @@ class Database:
         return self._connection.cursor()
 
     def cannot_write(self, error: BaseException) -> bool:
-        """Whether ``error`` of a write means this place cannot take the store (for the
-        store in memory: its buffer limit reached)."""
+        """Whether ``error`` is DuckDB's, saying this place cannot take the store (for the
+        store in memory: its buffer limit reached); not an event file's own error."""
+        if not isinstance(error, duckdb.Error):
+            return False
         if self.path is None and (
             isinstance(error, duckdb.OutOfMemoryException) or "could not allocate" in str(error)
         ):
@@ -143,7 +145,8 @@ class Database:
             logger.warning("tandv_tb: %s", self.notice)
             return True
         self._gave_up = True
-        logger.warning("tandv_tb: %s", self.unwritable())
+        self.notice = str(self.unwritable())  # what is stored is served, perhaps not all
+        logger.warning("tandv_tb: %s", self.notice)
         return False
 
     def unwritable(self) -> StoreUnwritable:
