@@ -40,10 +40,11 @@ import torch
 import torch.distributed as dist
 
 try:
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Placement
 except ImportError:  # a build without distributed support
-    DTensor = DeviceMesh = Placement = None
+    AsyncCollectiveTensor = DTensor = DeviceMesh = Placement = None
 
 
 class Spread(str, enum.Enum):
@@ -81,9 +82,14 @@ def placed(tensor: torch.Tensor) -> Placed | None:
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
-    """The values this rank holds: a DTensor's local part, any other tensor itself."""
+    """The values this rank holds: a DTensor's local part; the result of a collective
+    that may be in flight (``AsyncCollectiveTensor``: a ``RowwiseParallel`` output) once
+    it is done, not its wrapper, whose memory is not yet the values; any other tensor
+    itself. (Private module, pinned by tests/project/test_private_api_pins.py.)"""
     if DTensor is not None and isinstance(tensor, DTensor):
-        return tensor.to_local()
+        tensor = tensor.to_local()
+    if AsyncCollectiveTensor is not None and isinstance(tensor, AsyncCollectiveTensor):
+        return tensor.wait()
     return tensor
 
 
