@@ -3,8 +3,10 @@ here): the small models, their training, what each rank saw, and the checks of a
 run's records against the same model trained on one process.
 
 Losses are sums over the global batch divided by its size, so that every rank's gradients
-of activations are those of the one-process run, whatever share of the batch it holds
-(with FSDP2 summing, not averaging, the ranks' weight gradients).
+of activations are those of the one-process run, whatever share of the batch it holds.
+Weights and inputs lie on coarse grids (sixteenths, halves): the first layers' sums are
+then exact in any order, so that a parallel run holds the very values of the one-process
+run there (and its counts are compared exactly), until rounding sets in.
 """
 
 from __future__ import annotations
@@ -45,18 +47,26 @@ class TwoBlocks(nn.Module):
         return self.blocks(x)
 
 
+def _on_grid(model: nn.Module) -> nn.Module:
+    """``model`` with its weights rounded to sixteenths."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.round(parameter * 16) / 16)
+    return model
+
+
 def two_blocks() -> TwoBlocks:
     torch.manual_seed(0)
-    return TwoBlocks()
+    return _on_grid(TwoBlocks())
 
 
 def four_layers() -> nn.Sequential:
     """The 4-layer MLP the pipeline tests cut in two stages (modules 0-3, 4-6)."""
     torch.manual_seed(0)
-    return nn.Sequential(
+    return _on_grid(nn.Sequential(
         nn.Linear(WIDTH, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
         nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, WIDTH),
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 STAGES = (("0", "1", "2", "3"), ("4", "5", "6"))
@@ -80,9 +90,8 @@ def tp_plan() -> dict:
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch of ``step``: inputs and targets, ``ROWS`` rows."""
     generator = torch.Generator().manual_seed(1000 + step)
-    return torch.randn(ROWS, WIDTH, generator=generator), torch.randn(
-        ROWS, WIDTH, generator=generator
-    )
+    x, y = (torch.randn(ROWS, WIDTH, generator=generator) for _ in "xy")
+    return torch.round(x * 2) / 2, torch.round(y * 2) / 2
 
 
 def loss_of(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -19,10 +19,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tandv_tb.disk.nonfinite import read_nonfinite
 from tandv_tb.torch import track
 from tandv_tb.torch.parallel_layout import UntoldLayoutWarning
 from tests.helpers import REPO
 from tests.helpers.parallel_training import (
+    HIDDEN,
+    STEPS,
+    WIDTH,
     check_against_one_process,
     four_layers,
     loss_of,
@@ -42,9 +46,10 @@ SHARDED = ("fc1", "act")
 WEIGHTS = ("0.weight", "2.weight", "4.weight", "6.weight")
 
 
-def _tensor_parallel(logdir: str | None, declared: bool) -> dict:
+def _tensor_parallel(logdir: str | None, declared: bool, nan_at: int | None = None) -> dict:
     """The two blocks, ``ColwiseParallel`` then ``RowwiseParallel``; tracked into ``logdir``
-    (None: untracked); ``declared``: with the layout of ``act``'s outputs given."""
+    (None: untracked); ``declared``: with the layout of ``act``'s outputs given; ``nan_at``:
+    a step whose first input row is NaN, the first step alone tracked (the watch's)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import parallelize_module
@@ -55,9 +60,13 @@ def _tensor_parallel(logdir: str | None, declared: bool) -> dict:
     declaring = {"layouts": {r"\.act$": Shard(-1)}, "mesh": mesh} if declared else {}
     tracker = None
     if logdir is not None:
-        tracker = track(model, logdir=logdir, optimizer=optimizer, **declaring)
+        every = 1 if nan_at is None else 10
+        tracker = track(model, logdir=logdir, optimizer=optimizer, every=every, **declaring)
+    steps = iter(range(STEPS))
 
     def step_fn(x, y):
+        if next(steps) == nan_at:
+            x[0] = float("nan")
         loss = loss_of(model(x), y)
         loss.backward()
         return loss
@@ -130,6 +139,7 @@ def main(logdir: str) -> None:
         "tp": _tensor_parallel(f"{logdir}/tp", declared=True),
         "tp_untracked": _tensor_parallel(None, declared=True),
         "tp_untold": _tensor_parallel(f"{logdir}/tp_untold", declared=False),
+        "tp_watch": _tensor_parallel(f"{logdir}/tp_watch", declared=True, nan_at=1),
         "pp": _pipeline(f"{logdir}/pp"),
         "pp_untracked": _pipeline(None),
         "bad": _bad_input(),
@@ -191,6 +201,16 @@ def test_tracking_leaves_parallel_training_bitwise_unchanged(two_ranks):
                     assert all(map(torch.equal, tensors, untracked_held[key])), (run, key)
 
 
+def test_the_watch_counts_a_tensor_parallel_nan_once_over_the_full_tensor(two_ranks):
+    logdir, _ = two_ranks
+    (found,) = read_nonfinite(logdir / "tp_watch")  # step 1, untracked: the watch's
+    nan = {(e.tensor_type, e.name): e.nan for e in found.entries}
+    assert found.step == 1
+    assert nan["Activation", "blocks.0.fc1"] == HIDDEN  # both shards of the NaN row
+    assert nan["Activation", "blocks.0.fc2"] == WIDTH  # one replica of it
+    assert nan["Activation", "TwoBlocks"] == WIDTH
+
+
 def test_a_layout_nothing_tells_is_recorded_per_rank_with_one_warning(two_ranks):
     logdir, ranks = two_ranks
     merged = read_records(str(logdir / "tp_untold"))
@@ -215,7 +235,8 @@ def test_pipeline_stages_records_reach_the_run_as_in_the_whole_model(two_ranks, 
     seen = train_one_process(str(tmp_path), one_process, optimizer, track)
     wholes = [{**a, **b} for a, b in zip(ranks[0]["pp"]["steps"], ranks[1]["pp"]["steps"])]
     assert len(wholes[0]["Activation", "0"]) == 4  # the microbatches, merged in one record
-    check_against_one_process(str(logdir / "pp"), str(tmp_path), wholes, seen)
+    same = check_against_one_process(str(logdir / "pp"), str(tmp_path), wholes, seen)
+    assert same > 0  # some tensors hold the same data as on one process: counted exactly
     records = read_records(str(logdir / "pp"))  # stage 1's tensors after stage 0's
     for tensor_type, names in (("Activation", ("3", "4", "Sequential")), ("Weight", WEIGHTS)):
         orders = [records[name, tensor_type, 0].order for name in names]
