@@ -157,22 +157,22 @@ class ParallelLayout:
     def of_data(self, name: str, tensor: torch.Tensor) -> Spread:
         """The spread of an activation, input or attached tensor (their gradients share
         it): other ranks hold other data, save where placements say replica."""
-        where = placed(tensor)
-        if where is not None and self._combining:
-            self.tensor_parallel = True
-        if where is None:
-            where = self._declared_for(name)
         if not self._combining:
-            return Spread.PARTIAL if where is not None and _partial(where) else Spread.WHOLE
+            return _own(tensor)
+        where = placed(tensor)
+        if where is not None:
+            self.tensor_parallel = True
+        else:
+            where = self._declared_for(name)
         return Spread.UNTOLD if where is None else counted_here(*where)
 
     def of_parameter(self, name: str, tensor: torch.Tensor) -> Spread:
         """The spread of a weight, its gradient or an optimizer state tensor of it."""
-        where = placed(tensor)
         if not self._combining:
-            return Spread.PARTIAL if where is not None and _partial(where) else Spread.WHOLE
+            return _own(tensor)
         if self._flat_parameters:
             return Spread.PIECE
+        where = placed(tensor)
         if self._owners.get(name, self.rank) != _copy(where, self.rank):
             return Spread.ELSEWHERE
         if where is None:
@@ -191,8 +191,11 @@ class ParallelLayout:
         return self._names[name]
 
 
-def _partial(where: Placed) -> bool:
-    return any(p.is_partial() for p in where[1])
+def _own(tensor: torch.Tensor) -> Spread:
+    """A tensor of a run that does not combine ranks: this rank's whole, save pending sums."""
+    dtensor = DTensor is not None and isinstance(tensor, DTensor)
+    partial = dtensor and any(p.is_partial() for p in tensor.placements)
+    return Spread.PARTIAL if partial else Spread.WHOLE
 
 
 def _copy(where: Placed | None, rank: int) -> int:

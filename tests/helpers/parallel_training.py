@@ -77,6 +77,10 @@ def stage_module(model: nn.Sequential, stage: int) -> nn.Sequential:
     return nn.Sequential(OrderedDict((name, model._modules[name]) for name in STAGES[stage]))
 
 
+#: The outputs ``tp_plan`` splits along their last dimension (the others are replicas).
+SHARDED = ("fc1", "act")
+
+
 def tp_plan() -> dict:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
@@ -205,3 +209,11 @@ def _same(got, want, where: str) -> None:
         assert_same(got, want)
     except AssertionError as error:
         raise AssertionError(f"{where}: {error}") from None
+
+
+def assert_same_training(tracked: dict, untracked: dict, run: str) -> None:
+    """Two runs of ``train`` lost and saw the very same, bit for bit."""
+    assert all(map(torch.equal, tracked["losses"], untracked["losses"])), run
+    for held, untracked_held in zip(tracked["steps"], untracked["steps"], strict=True):
+        for key, tensors in held.items():
+            assert all(map(torch.equal, tensors, untracked_held[key])), (run, key)

@@ -9,7 +9,6 @@ run, tracked and untracked, saving what each rank saw for the test to check.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,9 +17,10 @@ import torch
 import torch.distributed as dist
 
 from tandv_tb.torch import track
-from tests.helpers import REPO
 from tests.helpers.parallel_training import (
     ROWS,
+    SHARDED,
+    assert_same_training,
     check_against_one_process,
     loss_of,
     tp_plan,
@@ -29,11 +29,9 @@ from tests.helpers.parallel_training import (
     two_blocks,
 )
 from tests.helpers.torch_models import read_records
+from tests.helpers.torchrun import run_ranks
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
-
-#: The tensor-parallel outputs split along their last dimension (the others are replicas).
-SHARDED = ("fc1", "act")
 
 
 class CountedSteps:
@@ -112,12 +110,7 @@ def main(logdir: str) -> None:
 @pytest.fixture(scope="module")
 def four_ranks(tmp_path_factory) -> tuple[Path, list[dict]]:
     logdir = tmp_path_factory.mktemp("ranks")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc_per_node=4", __file__, str(logdir)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return logdir, [torch.load(logdir / f"rank{k}.pt", weights_only=False) for k in range(4)]
+    return logdir, run_ranks(__file__, logdir, 4)
 
 
 def _wholes(ranks: list[dict]) -> list[dict]:
@@ -163,11 +156,7 @@ def test_fsdp_and_tensor_parallel_records_are_the_full_tensors_over_the_global_b
 def test_tracking_leaves_the_2d_training_bitwise_unchanged(four_ranks):
     _, ranks = four_ranks
     for rank in ranks:
-        tracked, untracked = rank["2d"], rank["untracked"]
-        assert all(map(torch.equal, tracked["losses"], untracked["losses"]))
-        for held, untracked_held in zip(tracked["steps"], untracked["steps"]):
-            for key, tensors in held.items():
-                assert all(map(torch.equal, tensors, untracked_held[key])), key
+        assert_same_training(rank["2d"], rank["untracked"], "2d")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ rank saw for the test to check.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -22,11 +21,12 @@ import torch.distributed as dist
 from tandv_tb.disk.nonfinite import read_nonfinite
 from tandv_tb.torch import track
 from tandv_tb.torch.parallel_layout import UntoldLayoutWarning
-from tests.helpers import REPO
 from tests.helpers.parallel_training import (
     HIDDEN,
+    SHARDED,
     STEPS,
     WIDTH,
+    assert_same_training,
     check_against_one_process,
     four_layers,
     loss_of,
@@ -37,11 +37,10 @@ from tests.helpers.parallel_training import (
     two_blocks,
 )
 from tests.helpers.torch_models import assert_same, expected, read_records
+from tests.helpers.torchrun import run_ranks
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
-#: The tensor-parallel outputs split along their last dimension (the others are replicas).
-SHARDED = ("fc1", "act")
 #: Weights of both pipeline stages, in the model's order.
 WEIGHTS = ("0.weight", "2.weight", "4.weight", "6.weight")
 
@@ -151,12 +150,7 @@ def main(logdir: str) -> None:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> tuple[Path, list[dict]]:
     logdir = tmp_path_factory.mktemp("ranks")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc_per_node=2", __file__, str(logdir)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return logdir, [torch.load(logdir / f"rank{k}.pt", weights_only=False) for k in (0, 1)]
+    return logdir, run_ranks(__file__, logdir, 2)
 
 
 def _tp_wholes(ranks: list[dict], run: str) -> list[dict]:
@@ -194,11 +188,7 @@ def test_tracking_leaves_parallel_training_bitwise_unchanged(two_ranks):
     _, ranks = two_ranks
     for rank in ranks:
         for run in ("tp", "pp"):
-            tracked, untracked = rank[run], rank[f"{run}_untracked"]
-            assert all(map(torch.equal, tracked["losses"], untracked["losses"]))
-            for held, untracked_held in zip(tracked["steps"], untracked["steps"]):
-                for key, tensors in held.items():
-                    assert all(map(torch.equal, tensors, untracked_held[key])), (run, key)
+            assert_same_training(rank[run], rank[f"{run}_untracked"], run)
 
 
 def test_the_watch_counts_a_tensor_parallel_nan_once_over_the_full_tensor(two_ranks):

@@ -25,7 +25,7 @@ from tandv_tb.torch import track
 from tests.helpers import REPO
 from tests.helpers.torch_models import read_records
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 STEPS, DIES_AT = 5, 2
 
