@@ -5,8 +5,10 @@ checked), ``hooks`` (module outputs and their gradients), ``inputs`` (module inp
 their gradients), ``attaching`` (any tensor in a forward), ``graph_op`` (the operator the
 hooks put into ``torch.compile``'s graphs), ``parameters`` (weights, weight gradients,
 optimizer state), ``recorder`` (statistics started on the tensor's device), ``memo`` (a
-tensor seen twice in a step), ``distributed`` (combining ranks), ``watch`` (NaN/Inf on
-every step), ``naming`` and ``skips``. What the JAX tracker shares is in
+tensor seen twice in a step), ``ranks`` (the distributed side of a tracker: how tensors
+lie over the ranks, ``parallel_layout``; combining them, ``distributed``; per-rank runs,
+``rank_runs``), ``pipeline_stage`` (a pipeline stage tracked as part of the whole model),
+``watch`` (NaN/Inf on every step), ``naming`` and ``skips``. What the JAX tracker shares is in
 ``tandv_tb.tracker_base``, ``tandv_tb.tracking``, ``tandv_tb.step_buffer``,
 ``tandv_tb.orders`` and ``tandv_tb.leaf_names``.
 """

@@ -23,6 +23,8 @@ from torch import nn
 from tandv_tb.orders import Orders
 from tandv_tb.torch import graph_op, naming
 from tandv_tb.torch.options import TorchOptions
+from tandv_tb.torch.parallel_layout import Spread
+from tandv_tb.torch.pipeline_stage import WHOLE_MODEL, Stage
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.watch import Watch
 
@@ -53,7 +55,9 @@ class HookHandles:
     ``receiver_key`` names the tracker's receiver in compiled graphs (``graph_op``), and
     ``emitting`` says whether compiled hooks hand tensors to it this step: a tracked step,
     or any step with the watch. Dynamo guards on it, so its two values are at most two
-    variants of a compiled graph.
+    variants of a compiled graph. ``stage`` is the pipeline stage the root module is
+    (``pipeline_stage``): its root's output (or input) is the model's on the last (first)
+    stage alone, and its module runs on stand-in tensors while it is ``inferring``.
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class HookHandles:
         options: TorchOptions,
         orders: Orders,
         watch: Watch | None = None,
+        stage: Stage = WHOLE_MODEL,
     ) -> None:
         self._handles: list = []
         self._leaf_handles: list = []
@@ -77,10 +82,11 @@ class HookHandles:
         self._watch = watch
         self.receiver_key = 0
         self.emitting = True
+        self._stage = stage
         label = self._root_name = naming.root_name(root)
         modules = [(path or label, module) for path, module in naming.named_modules(root)]
         self._paths = {name for name, _ in modules}
-        for name, module in modules:
+        for name, module in modules if self._hooks_root(stage) else modules[1:]:
             handle = self._hook(name, naming.module_type(module), module)
             if handle is not None:
                 self._handles.append(handle)
@@ -88,6 +94,15 @@ class HookHandles:
     def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
         """Put this set's hook on ``module``; its handle (None for no hook)."""
         raise NotImplementedError
+
+    def _hooks_root(self, stage: Stage) -> bool:
+        """Whether the root module's tensors of this set are the model's."""
+        raise NotImplementedError
+
+    def _passed_over(self, module: nn.Module) -> bool:
+        """Whether a call of ``module`` is not taken: a module in eval mode (with
+        ``only_training``), or the stage inferring its shapes."""
+        return (self._only_training and not module.training) or self._stage.inferring()
 
     def _hook_gradient(self, tensor: torch.Tensor, hook: Callable) -> None:
         """Call ``hook`` with ``tensor``'s gradient (this step only, for a leaf tensor)."""
@@ -130,6 +145,9 @@ class HookHandles:
 class ModuleHooks(HookHandles):
     """Forward hooks on every module of a model; ``remove`` takes them all off."""
 
+    def _hooks_root(self, stage: Stage) -> bool:
+        return stage.last
+
     def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
         if not (self._options.track_activations or self._gradients):
             return None
@@ -138,6 +156,8 @@ class ModuleHooks(HookHandles):
 
     def record_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
         """Take ``tensor`` as a module output now (``attach``, eagerly)."""
+        if self._stage.inferring():
+            return
         if self._active():
             self._record_output(name, module_type, tensor)
         elif self._watch is not None:
@@ -152,7 +172,7 @@ class ModuleHooks(HookHandles):
     def _on_forward(
         self, name: str, module_type: str, module: nn.Module, args: object, output: object
     ) -> object:
-        if self._only_training and not module.training:
+        if self._passed_over(module):
             return None
         if torch.compiler.is_compiling():
             return self._trace_output(name, module_type, output) if self.emitting else None
@@ -202,13 +222,15 @@ class ModuleHooks(HookHandles):
         for leaf, tensor in self._output_tensors(name, output):
             if not self._selected(leaf):
                 continue
+            spread = self._recorder.layout.of_data(leaf, tensor)
             if self._options.track_activations and not recomputed:
-                self._watch.check(leaf, "Activation", tensor)
+                self._watch.check(leaf, "Activation", tensor, spread)
             if self._gradients and tensor.requires_grad:
-                self._hook_gradient(tensor, functools.partial(self._watch_gradient, leaf))
+                watch = functools.partial(self._watch_gradient, leaf, spread)
+                self._hook_gradient(tensor, watch)
 
-    def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
-        self._watch.check(name, "Gradient", grad)
+    def _watch_gradient(self, name: str, spread: Spread, grad: torch.Tensor) -> None:
+        self._watch.check(name, "Gradient", grad, spread)
 
     def _record_output(self, name: str, module_type: str, output: object) -> None:
         # A forward run inside a backward pass recomputes a checkpointed segment: its
@@ -219,10 +241,11 @@ class ModuleHooks(HookHandles):
             if not self._selected(leaf):
                 continue
             order = self._orders.module(leaf)
+            spread = self._recorder.layout.of_data(leaf, tensor)  # its gradient's too
             if self._options.track_activations and not recomputed:
-                self._recorder.record(leaf, "Activation", module_type, order, tensor)
+                self._recorder.record(leaf, "Activation", module_type, order, tensor, spread)
             if self._gradients and tensor.requires_grad:
-                hook = functools.partial(self._on_gradient, leaf, module_type, order)
+                hook = functools.partial(self._on_gradient, leaf, module_type, order, spread)
                 self._hook_gradient(tensor, hook)
 
     def _output_tensors(self, name: str, output: object) -> list[tuple[str, torch.Tensor]]:
@@ -234,6 +257,8 @@ class ModuleHooks(HookHandles):
         Sequential's tuple output), all but the first named ``seq[1]``, ``seq[2]``..."""
         return naming.distinct_names(leaves, name, self._paths)
 
-    def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
+    def _on_gradient(
+        self, name: str, module_type: str, order: int, spread: Spread, grad: torch.Tensor
+    ) -> None:
         if self._active():
-            self._recorder.record(name, "Gradient", module_type, order, grad)
+            self._recorder.record(name, "Gradient", module_type, order, grad, spread)

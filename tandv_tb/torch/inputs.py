@@ -25,10 +25,15 @@ from torch import nn
 
 from tandv_tb.torch import naming
 from tandv_tb.torch.hooks import HookHandles, _in_backward
+from tandv_tb.torch.parallel_layout import Spread
+from tandv_tb.torch.pipeline_stage import Stage
 
 
 class InputHooks(HookHandles):
     """Forward pre-hooks on every module of a model; ``remove`` takes them all off."""
+
+    def _hooks_root(self, stage: Stage) -> bool:
+        return stage.first
 
     def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
         hook = functools.partial(self._on_input, name, module_type)
@@ -37,7 +42,7 @@ class InputHooks(HookHandles):
     def _on_input(
         self, name: str, module_type: str, module: nn.Module, args: tuple, kwargs: dict
     ) -> None:
-        if self._only_training and not module.training:
+        if self._passed_over(module):
             return
         if torch.compiler.is_compiling():
             if self.emitting:
@@ -54,13 +59,15 @@ class InputHooks(HookHandles):
     def _watch_inputs(self, name: str, args: tuple, kwargs: dict) -> None:
         recomputed = _in_backward()
         for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected):
+            spread = self._recorder.layout.of_data(leaf, tensor)
             if not recomputed:
-                self._watch.check(leaf, "Input", tensor)
+                self._watch.check(leaf, "Input", tensor, spread)
             if self._gradients and tensor.requires_grad:
-                self._hook_gradient(tensor, functools.partial(self._watch_gradient, leaf))
+                watch = functools.partial(self._watch_gradient, leaf, spread)
+                self._hook_gradient(tensor, watch)
 
-    def _watch_gradient(self, name: str, grad: torch.Tensor) -> None:
-        self._watch.check(name, "Input_Gradient", grad)
+    def _watch_gradient(self, name: str, spread: Spread, grad: torch.Tensor) -> None:
+        self._watch.check(name, "Input_Gradient", grad, spread)
 
     def _floating_inputs(
         self, name: str, args: tuple, kwargs: dict, selected: Callable[[str], bool]
@@ -75,12 +82,15 @@ class InputHooks(HookHandles):
         recomputed = _in_backward()  # a checkpointed forward, recorded the first time
         for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected):
             order = self._orders.module(("Input", leaf))
+            spread = self._recorder.layout.of_data(leaf, tensor)  # its gradient's too
             if not recomputed:
-                self._recorder.record(leaf, "Input", module_type, order, tensor)
+                self._recorder.record(leaf, "Input", module_type, order, tensor, spread)
             if self._gradients and tensor.requires_grad:
-                hook = functools.partial(self._on_gradient, leaf, module_type, order)
+                hook = functools.partial(self._on_gradient, leaf, module_type, order, spread)
                 self._hook_gradient(tensor, hook)
 
-    def _on_gradient(self, name: str, module_type: str, order: int, grad: torch.Tensor) -> None:
+    def _on_gradient(
+        self, name: str, module_type: str, order: int, spread: Spread, grad: torch.Tensor
+    ) -> None:
         if self._active():
-            self._recorder.record(name, "Input_Gradient", module_type, order, grad)
+            self._recorder.record(name, "Input_Gradient", module_type, order, grad, spread)

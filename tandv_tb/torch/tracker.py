@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -16,14 +16,16 @@ from tandv_tb.orders import Orders
 from tandv_tb.step_buffer import merged
 from tandv_tb.torch import graph_op, naming
 from tandv_tb.torch.attaching import Attachments
-from tandv_tb.torch.distributed import RankCombiner, is_distributed
+from tandv_tb.torch.distributed import RanksLost
 from tandv_tb.torch.hooks import ModuleHooks, _in_backward
 from tandv_tb.torch.inputs import InputHooks
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
+from tandv_tb.torch.pipeline_stage import WHOLE_MODEL, Stage, stage_of
+from tandv_tb.torch.ranks import Ranks
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.skips import UntrackableTensorWarning
-from tandv_tb.torch.watch import Watch, across_ranks
+from tandv_tb.torch.watch import Watch
 from tandv_tb.tracker_base import TrackerBase
 from tandv_tb.tracking import Patterns, SkipLog
 from tandv_tb.writer import RecordItem
@@ -45,23 +47,23 @@ def is_tracked(module: nn.Module) -> bool:
 class Tracker(TrackerBase):
     """Tracks one model's numerics; made by ``track``, which describes the options."""
 
-    def __init__(self, module: nn.Module, options: TorchOptions) -> None:
+    def __init__(
+        self, module: nn.Module, options: TorchOptions, stage: Stage = WHOLE_MODEL
+    ) -> None:
         super().__init__(options)
         self._selected = options.selected
         self._track_weights = options.track_weights
         self._track_optimizer = options.track_optimizer
         formats = options.formats
 
-        distributed = is_distributed()
-        rank = torch.distributed.get_rank(options.process_group) if distributed else 0
-        combined = distributed and not options.per_rank
-        self._combiner = RankCombiner(formats, options.process_group) if combined else None
-        if not combined or rank == 0:
-            self._open_writer(f"rank{rank}" if options.per_rank and distributed else None)
-        skips = SkipLog(UntrackableTensorWarning)
-        self._recorder = Recorder(formats, skips, replicated=self._writer is not None)
         self._parameters = Parameters(module, options.optimizer)
-        watch = Watch(replicated=self._writer is not None) if options.watch_nonfinite else None
+        self._ranks = ranks = Ranks(self._parameters, options, stage)
+        if ranks.writes:
+            self._open_writer(ranks.run)
+            ranks.writing_into(self._writer.logdir)
+        skips = SkipLog(UntrackableTensorWarning)
+        self._recorder = Recorder(formats, skips, ranks.layout)
+        watch = Watch(ranks.layout) if options.watch_nonfinite else None
         self._watch = watch
         self._track_activations = options.track_activations
         self._root_label = naming.root_name(module)
@@ -80,14 +82,15 @@ class Tracker(TrackerBase):
         self._receiver_key = graph_op.register(self._receive)
         active = self._tracking_now
         self._orders = orders = Orders()
-        self._hooks = ModuleHooks(module, self._recorder, active, options, orders, watch)
+        hooks_of = (module, self._recorder, active, options, orders, watch)
+        self._hooks = ModuleHooks(*hooks_of, stage)
         self._hooks.receiver_key = self._receiver_key
         self._modules = list(module.modules())
         for hooked in self._modules:
             _HOOKED[hooked] = _HOOKED.get(hooked, 0) + 1
         self._inputs = None
         if options.track_inputs:
-            self._inputs = InputHooks(module, self._recorder, active, options, orders, self._watch)
+            self._inputs = InputHooks(*hooks_of, stage)
             self._inputs.receiver_key = self._receiver_key
         self._attachments = Attachments(
             module,
@@ -97,6 +100,7 @@ class Tracker(TrackerBase):
             options.only_training,
         )
         self._gradients_read = False  # whether this step's weight gradients were read
+        self._ranks_lost = False  # whether a collective failed: the tracker stopped
         optimizer = options.optimizer
         self._optimizer_hook = None
         if optimizer is not None and self._track_weights:
@@ -115,6 +119,8 @@ class Tracker(TrackerBase):
         default ``current_step + 1``), so that a trainer whose step counter jumps keeps the
         tracker's numbers equal to its own.
         """
+        if self._ranks_lost:  # it stopped when a rank was lost: training goes on
+            return
         self._check_open()
         if next_step is None:
             next_step = self._step + 1
@@ -125,10 +131,16 @@ class Tracker(TrackerBase):
         self._hooks.end_step()
         if self._inputs is not None:
             self._inputs.end_step()
-        if self._active:
-            tripped = self._finish_step()
-        else:
-            tripped = self._watch is not None and self._watched_step()
+        try:
+            if self._active:
+                tripped = self._finish_step()
+            else:
+                tripped = self._watch is not None and self._watched_step()
+        except RanksLost as error:  # training goes on as it would without the tracker
+            warnings.warn(f"tandv_tb: at step {self._step} {error}", RuntimeWarning, stacklevel=2)
+            self._ranks_lost = True
+            self._end(keep_pending=False)
+            return
         self._gradients_read = False
         self._advance(next_step, tripped)
         self._take_tensors()
@@ -187,18 +199,16 @@ class Tracker(TrackerBase):
         )
 
     def _watch_parameters(self, tensors, unchanged: bool = False) -> None:
+        spread = self._ranks.layout.of_parameter
         self._watch.check_all(
-            ((p.name, tensor_type, tensor) for p, tensor_type, tensor in tensors),
-            combined=self._parameters.combined,
+            ((p.name, kind, tensor, spread(p.name, tensor)) for p, kind, tensor in tensors),
             unchanged=unchanged,
         )
 
     def _watched_step(self) -> bool:
         """End an untracked step with the watch; whether it found NaN/Inf."""
         self._watch_parameters(self._parameter_tensors(), unchanged=True)  # read right away
-        found = self._watch.drain()
-        if self._combiner is not None:
-            found = across_ranks(found, self._combiner.group, self._combiner.device)
+        found = self._ranks.across(self._watch.drain())
         if found and self._writer is not None:
             self._writer.add_nonfinite(self._step, found)
         return bool(found)
@@ -213,16 +223,11 @@ class Tracker(TrackerBase):
             self._check_root_gradients()
         entries = self._recorder.drain()
         parts = merged(entries, stats.fetch([p for e in entries for p in e.parts]))
-        results = list(zip(entries, parts))
-        if self._combiner is not None:
-            local = [(e, s) for e, s in results if not e.combined]  # replicated: rank 0's
-            results = local + self._combiner.combine(*_unzip(r for r in results if r[0].combined))
-        found = self._nonfinite(results)
-        tripped = bool(found)
-        if self._combiner is not None:
-            # Every rank must agree on tracking the next step: the combined sums say it on
-            # every rank (NaN/Inf in replicated tensors alone is written, not followed).
-            tripped = self._watch is not None and self._combiner.nonfinite
+        results, per_rank = self._ranks.combine(list(zip(entries, parts)))
+        found = self._nonfinite(results + [(e, s) for _, e, s in per_rank])
+        # Every rank must agree on tracking the next step: the combined sums say it on
+        # every rank (NaN/Inf in what rank 0 holds whole alone is written, not followed).
+        tripped = self._watch is not None and self._ranks.nonfinite_anywhere(bool(found))
         if self._writer is not None:
             self._writer.add_records(
                 self._step,
@@ -232,6 +237,7 @@ class Tracker(TrackerBase):
                 ),
                 nonfinite=found,
             )
+            self._ranks.write_apart(self._step, per_rank)
         return tripped
 
     def _check_compiled_before_track(self) -> None:
@@ -294,7 +300,9 @@ class Tracker(TrackerBase):
 
     def _detach(self) -> None:
         """Remove every hook. In a combined distributed run a step not ended by ``step()``
-        is dropped at ``close`` (ending it would need every rank)."""
+        is dropped at ``close`` (ending it would need every rank): nothing more is written
+        to the per-rank runs, closed here."""
+        self._ranks.close()
         self._hooks.remove()
         graph_op.unregister(self._receiver_key)
         if self._optimizer_hook is not None:
@@ -311,7 +319,7 @@ class Tracker(TrackerBase):
             self._inputs.remove()
 
     def _pending(self) -> bool:
-        return self._combiner is None and len(self._recorder.buffer) > 0
+        return not self._ranks.combining and len(self._recorder.buffer) > 0
 
     def _write_pending(self) -> None:
         self._finish_step()
@@ -340,11 +348,6 @@ def _compiled(module: nn.Module) -> bool:
     )
 
 
-def _unzip(pairs: Iterable[tuple]) -> tuple[list, list]:
-    pairs = list(pairs)
-    return [a for a, _ in pairs], [b for _, b in pairs]
-
-
 def track(
     module: nn.Module,
     *,
@@ -364,6 +367,8 @@ def track(
     init_step: int = 0,
     per_rank: bool = False,
     process_group: object = None,
+    layouts: object = None,
+    mesh: object = None,
     watch_nonfinite: bool = True,
 ) -> Tracker:
     """Track the numerics of ``module``'s training into TensorBoard event files.
@@ -399,15 +404,16 @@ def track(
     steps). Compiled by a torch older than 2.13, untracked steps check only what
     ``step()`` reads (the graph hands nothing over).
 
-    Distributed (``torch.distributed`` initialised, more than one rank): the statistics of
-    each tensor are combined across ranks in one collective per tracked step, so
-    activations and gradients describe the global batch and a sharded parameter (FSDP2's
-    ``fully_shard`` or any ``DTensor``; ``FullyShardedDataParallel`` with
-    ``use_orig_params=True``) its full tensor; replicated parameters (DDP) are rank 0's.
-    Rank 0 writes.
-    Every rank must call ``step()``. With ``per_rank=True`` every rank writes its own
-    statistics to ``<logdir>/rank<k>`` instead. ``process_group`` picks the ranks to
-    combine over (default: all).
+    Distributed (``torch.distributed`` initialised, more than one rank; every rank calls
+    ``track`` and ``step()``): each tensor's statistics are combined across ranks in one
+    collective per tracked step, counting each logical tensor once over its whole extent:
+    batches and shards merge, replicas count once (``tandv_tb.torch.parallel_layout``);
+    rank 0 writes. ``module`` may be a ``PipelineStage`` (``torch.distributed.pipelining``).
+    In a model computing with DTensors, a plain tensor nothing tells the layout of is
+    recorded per rank (``<run>/rank<k>``) with a warning naming it; ``layouts`` (regular
+    expressions of names to ``Shard``/``Replicate`` placements) over ``mesh`` (the
+    ``DeviceMesh`` they refer to) tell it. ``per_rank=True``: every rank writes its own
+    run ``<logdir>/rank<k>``. ``process_group``: the ranks to combine over (all).
 
     Notes:
 
@@ -437,6 +443,7 @@ def track(
       hooked or written.
     """
     options = dict(locals())
-    if not isinstance(options.pop("module"), nn.Module):
+    module, stage = stage_of(options.pop("module"))
+    if not isinstance(module, nn.Module):
         raise TypeError(f"track needs a torch.nn.Module, got {type(module).__name__}")
-    return Tracker(module, TorchOptions(**options))
+    return Tracker(module, TorchOptions(**options), stage)
