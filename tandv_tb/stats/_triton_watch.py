@@ -1,0 +1,123 @@
+"""The non-finite watch in Triton: whether tensors hold NaN or Inf, flagged on the device.
+
+One kernel reads each value's integer bit pattern once, in its own width (no widening copy,
+no float arithmetic): a value is NaN or Inf exactly when its magnitude pattern reaches its
+dtype's first non-finite pattern. A program that finds one sets its tensor's flag (an
+int32 ``atomic_max`` to 1, so flags only go up and any order gives the same result); the
+caller zeroes the flags once and brings them to the host once.
+
+- ``watch_into(tensor, flags, slot)``: one launch for one tensor (a hooked gradient or
+  activation), ``flags[slot]`` set to 1 where it holds NaN/Inf.
+- ``watch_many_into(tensors, flags, slots)``: one launch per dtype for many tensors (the
+  weights, gradients and optimizer state read at ``step()``), over a table of their
+  addresses (a host-to-device copy only where the table is not cached).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+import triton
+import triton.language as tl
+
+from tandv_tb.stats import _triton_runtime as runtime
+from tandv_tb.stats._triton_kernel import bits_pointer
+from tandv_tb.stats._triton_tables import source_layout
+from tandv_tb.stats.inputs import float_dtype_name
+
+#: The dtypes the watch reads.
+DTYPES = ("float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+#: Words per tensor in a many-tensor table: address, numel, slot, programs.
+TABLE_WIDTH = 4
+
+
+@triton.jit
+def watch_kernel(
+    x_ptr, numel, flags_ptr, slot, table_ptr,
+    SRC_BITS: tl.constexpr, FINITE_BELOW: tl.constexpr, MANY: tl.constexpr,
+    TABLE_WIDTH: tl.constexpr, TILE: tl.constexpr,
+):  # fmt: skip
+    g = tl.program_id(0)
+    if MANY:
+        tensors = tl.load(table_ptr)
+        t = tl.load(table_ptr + 1 + tensors * TABLE_WIDTH + 2 * g)
+        p = tl.load(table_ptr + 2 + tensors * TABLE_WIDTH + 2 * g)
+        entry = table_ptr + 1 + t * TABLE_WIDTH
+        x = bits_pointer(tl.load(entry), SRC_BITS, True)
+        numel = tl.load(entry + 1)
+        slot = tl.load(entry + 2)
+        programs = tl.load(entry + 3)
+    else:
+        x = bits_pointer(x_ptr, SRC_BITS, False)
+        p = g
+        programs = tl.num_programs(0)
+    found = tl.zeros([TILE], tl.int1)
+    for tile in range(p, tl.cdiv(numel, TILE), programs):
+        offsets = tl.cast(tile, tl.int64) * TILE + tl.arange(0, TILE)
+        bits = tl.load(x + offsets, mask=offsets < numel, other=0)
+        found = found | ((bits & ((1 << (SRC_BITS - 1)) - 1)) >= FINITE_BELOW)
+    hit = tl.max(found.to(tl.int32))
+    tl.atomic_max(flags_ptr + slot, hit, mask=hit > 0)
+
+
+def unsupported_reason(tensor) -> str | None:
+    """Why the watch kernel cannot read ``tensor``, or ``None`` (any order of dense values
+    will do: only whether one is NaN/Inf counts)."""
+    dtype = float_dtype_name(tensor.dtype)
+    if dtype not in DTYPES:
+        return f"the Triton watch does not read {dtype} tensors"
+    elsewhere = runtime.elsewhere(tensor)
+    if elsewhere:
+        return elsewhere
+    if not runtime.dense(tensor):
+        return "the values are not dense in memory (a strided view)"
+    return None
+
+
+def _constants(dtype: str, device, many: bool) -> dict:
+    bits, _, _, finite_below, _ = source_layout(dtype)
+    bounds = runtime.config(device)
+    return dict(
+        SRC_BITS=bits,
+        FINITE_BELOW=finite_below,
+        MANY=many,
+        TABLE_WIDTH=TABLE_WIDTH,
+        TILE=bounds.watch_tile,
+        num_warps=bounds.num_warps,
+    )
+
+
+def _programs(numel: int, device) -> int:
+    return runtime.programs(-(-numel // runtime.config(device).watch_tile), device)
+
+
+def watch_into(tensor, flags, slot: int) -> None:
+    """Set ``flags[slot]`` (an int32 tensor on the tensor's device) to 1 where ``tensor``
+    (``unsupported_reason`` is None for it) holds NaN or Inf; leave it as it is otherwise.
+    One launch."""
+    device = tensor.device
+    runtime.launch(
+        watch_kernel, (_programs(tensor.numel(), device),), tensor, tensor.numel(), flags, slot,
+        flags, **_constants(float_dtype_name(tensor.dtype), device, False),
+    )  # fmt: skip
+
+
+def watch_many_into(tensors: Sequence, flags, slots: Sequence[int]) -> None:
+    """``watch_into`` of many tensors on ``flags``' device, tensor ``i`` into
+    ``flags[slots[i]]``: one launch per dtype among them."""
+    device = flags.device
+    groups: dict[str, list[int]] = collections.defaultdict(list)
+    for i, tensor in enumerate(tensors):
+        groups[float_dtype_name(tensor.dtype)].append(i)
+    for dtype, members in groups.items():
+        words, counts = [len(members)], []
+        for i in members:
+            programs = _programs(tensors[i].numel(), device)
+            words += [tensors[i].data_ptr(), tensors[i].numel(), slots[i], programs]
+            counts.append(programs)
+        table = runtime.device_table(device, words + runtime.program_map(counts))
+        runtime.launch(
+            watch_kernel, (sum(counts),), flags, 1, flags, 0, table,
+            **_constants(dtype, device, True),
+        )  # fmt: skip
