@@ -13,8 +13,10 @@
 A tensor the Triton kernel cannot take (a dtype it does not read, values not dense in
 memory, a CUDA device that is not the current one) goes to the array kernel: counted
 (``fallbacks``) and warned once per reason, never wrong. Without ``triton`` installed a
-CUDA tensor goes to the array kernel with one warning naming ``pip install triton``. An
-unknown value raises ``ValueError`` naming the allowed ones, at the first tensor.
+CUDA tensor goes to the array kernel with one warning naming ``pip install triton``; where
+a launch fails (Triton cannot compile for this GPU, say: ``failed``), that one and every
+later tensor do too. An unknown value raises ``ValueError`` naming the allowed ones, at
+the first tensor.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ CHOICES = ("auto", "cpu", "array", "triton")
 #: Tensors sent to the array kernel because the Triton kernel could not take them, by
 #: reason (a process-wide tally; each reason is warned about once).
 fallbacks: collections.Counter = collections.Counter()
+#: Why the Triton kernels are not used any more in this process (``failed``), or "".
+_broken = ""
 
 
 def setting() -> str:
@@ -72,7 +76,7 @@ def torch_kernel(tensor, formats: tuple[str, ...]) -> str:
     if choice == "auto" and tensor.device.type != "cuda":
         return "array"
     launch = triton_launch()
-    if launch is None:
+    if launch is None or _broken:
         return "array"
     reason = launch.unsupported_reason(tensor, formats)
     if reason is None:
@@ -91,3 +95,11 @@ def _fall_back(reason: str) -> None:
             RuntimeWarning,
             stacklevel=4,
         )
+
+
+def failed(error: BaseException) -> None:
+    """A launch of the Triton kernels raised ``error``: the array kernel from now on, for
+    this tensor too (warned once). Tracking must not stop training."""
+    global _broken
+    _broken = f"the Triton kernels failed ({type(error).__name__}: {error})"
+    _fall_back(_broken)

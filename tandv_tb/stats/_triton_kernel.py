@@ -162,6 +162,37 @@ def _extract(vector, index, j):
 
 
 @triton.jit
+def table_entry(table_ptr, g, TABLE_WIDTH: tl.constexpr):
+    """(its tensor's words, program within the tensor, tensor) of program ``g`` in a
+    many-tensor table: the number of tensors, ``TABLE_WIDTH`` words per tensor, then a
+    (tensor, program) pair per program."""
+    tensors = tl.load(table_ptr)
+    t = tl.load(table_ptr + 1 + tensors * TABLE_WIDTH + 2 * g)
+    p = tl.load(table_ptr + 2 + tensors * TABLE_WIDTH + 2 * g)
+    return table_ptr + 1 + t * TABLE_WIDTH, p, t
+
+
+@triton.jit
+def _tile(x, tile, row_length, total, SRC_BITS: tl.constexpr, SRC_MANT: tl.constexpr,
+          SRC_BIAS: tl.constexpr, FINITE_BELOW: tl.constexpr, INF_BITS: tl.constexpr,
+          BLOCK: tl.constexpr, TILE: tl.constexpr):  # fmt: skip
+    """Tile ``tile``: ``TILE`` blocks of ``BLOCK`` values along the rows, read once.
+    (w, negative, finite, infinite, inside, exists) of its values (``_magnitudes``;
+    ``inside`` masks the values of blocks that exist, ``finite`` is false outside) and
+    blocks (``exists``: within the tensor's ``total`` blocks)."""
+    b = tl.cast(tile, tl.int64) * TILE + tl.arange(0, TILE)
+    start, length = _rows(b, row_length, BLOCK)
+    exists = b < total
+    lane = tl.arange(0, BLOCK)
+    inside = (lane[None, :] < length[:, None]) & exists[:, None]
+    raw = tl.load(x + start[:, None] + lane[None, :], mask=inside, other=0).to(tl.int32)
+    w, negative, finite, infinite = _magnitudes(
+        raw, SRC_BITS, SRC_MANT, SRC_BIAS, FINITE_BELOW, INF_BITS
+    )
+    return w, negative, finite & inside, infinite, inside, exists
+
+
+@triton.jit
 def _tensor(g, table_ptr, x_ptr, numel, row_length, ws_ptr, part_ptr,
             MANY: tl.constexpr, SRC_BITS: tl.constexpr, WS_WIDTH: tl.constexpr,
             PART_WIDTH: tl.constexpr, TABLE_WIDTH: tl.constexpr):  # fmt: skip
@@ -170,10 +201,7 @@ def _tensor(g, table_ptr, x_ptr, numel, row_length, ws_ptr, part_ptr,
     tensor: address, numel, row length, first moments row, programs, output offset;
     after ``TABLE_WIDTH`` words per tensor come (tensor, program) pairs per program."""
     if MANY:
-        tensors = tl.load(table_ptr)
-        t = tl.load(table_ptr + 1 + tensors * TABLE_WIDTH + 2 * g)
-        p = tl.load(table_ptr + 2 + tensors * TABLE_WIDTH + 2 * g)
-        entry = table_ptr + 1 + t * TABLE_WIDTH
+        entry, p, t = table_entry(table_ptr, g, TABLE_WIDTH)
         x = bits_pointer(tl.load(entry), SRC_BITS, True)
         numel = tl.load(entry + 1)
         row_length = tl.load(entry + 2)
@@ -211,7 +239,6 @@ def stats_main(
         MANY, SRC_BITS, WS_WIDTH, PART_WIDTH, TABLE_WIDTH,
     )  # fmt: skip
     total = (numel // row_length) * ((row_length + BLOCK - 1) // BLOCK)
-    lane = tl.arange(0, BLOCK)
     small_index = tl.arange(0, SMALL_P2)
     mx_index = tl.arange(0, MX_P2)
 
@@ -232,15 +259,10 @@ def stats_main(
     errors = tl.zeros([MX_P2], tl.float64)
 
     for tile in range(p, tl.cdiv(total, TILE), programs):
-        b = tl.cast(tile, tl.int64) * TILE + tl.arange(0, TILE)
-        start, length = _rows(b, row_length, BLOCK)
-        exists = b < total
-        inside = (lane[None, :] < length[:, None]) & exists[:, None]
-        raw = tl.load(x + start[:, None] + lane[None, :], mask=inside, other=0).to(tl.int32)
-        w, negative, finite, infinite = _magnitudes(
-            raw, SRC_BITS, SRC_MANT, SRC_BIAS, FINITE_BELOW, INF_BITS
-        )
-        finite = finite & inside
+        w, negative, finite, infinite, inside, exists = _tile(
+            x, tile, row_length, total, SRC_BITS, SRC_MANT, SRC_BIAS, FINITE_BELOW, INF_BITS,
+            BLOCK, TILE,
+        )  # fmt: skip
         live = w != 0  # finite, non-zero and inside
         exponent = _floor_log2(w)
 
@@ -405,7 +427,6 @@ def stats_nvfp4(
     unit = tl.where(amax_bits > 0, _floor_log2(amax_bits), 0)  # the tensor's, as finalize's
     to_unit = _pow2_f64(-unit)
     total = (numel // row_length) * ((row_length + BLOCK - 1) // BLOCK)
-    lane = tl.arange(0, BLOCK)
 
     under = tl.zeros([], tl.int64)
     over = tl.zeros([], tl.int64)
@@ -415,12 +436,10 @@ def stats_nvfp4(
     scales = tl.zeros([SCALES_P2], tl.int32)
     errors = tl.zeros([], tl.float64)
     for tile in range(p, tl.cdiv(total, TILE), programs):
-        b = tl.cast(tile, tl.int64) * TILE + tl.arange(0, TILE)
-        start, length = _rows(b, row_length, BLOCK)
-        exists = b < total
-        inside = (lane[None, :] < length[:, None]) & exists[:, None]
-        raw = tl.load(x + start[:, None] + lane[None, :], mask=inside, other=0).to(tl.int32)
-        w = _magnitudes(raw, SRC_BITS, SRC_MANT, SRC_BIAS, FINITE_BELOW, INF_BITS)[0]
+        w, _, _, _, _, exists = _tile(
+            x, tile, row_length, total, SRC_BITS, SRC_MANT, SRC_BIAS, FINITE_BELOW, INF_BITS,
+            BLOCK, TILE,
+        )  # fmt: skip
         live = w != 0
         block_top = tl.max(w, axis=1)
         live_block = (block_top != 0) & exists

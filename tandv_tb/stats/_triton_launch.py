@@ -179,9 +179,8 @@ def compute_into(tensor, formats: tuple[str, ...], out, offset: int = 0) -> None
     tables = kernel_tables(float_dtype_name(tensor.dtype), formats)
     device = tensor.device
     numel, row_length, programs = _sizes(tensor, tables)
-    counts, parts = runtime.workspace(device).take(
-        tables.workspace_width, programs * tables.part_width
-    )
+    workspace = runtime.workspace(device)
+    counts, parts = workspace.take(tables.workspace_width, programs * tables.part_width)
     grid = (programs,)
     args = (tensor, numel, row_length, counts, counts, parts)
     runtime.launch(kernels.stats_main, grid, *args, **_main_constants(tables, device, False))
@@ -191,6 +190,7 @@ def compute_into(tensor, formats: tuple[str, ...], out, offset: int = 0) -> None
         kernels.stats_finalize, (1,), out, offset, numel, programs, counts, counts, parts,
         **_finalize_constants(tables, device, False, programs),
     )  # fmt: skip
+    workspace.release()
 
 
 def packed_offsets(tensors: Sequence, formats: tuple[str, ...]) -> list[int]:
@@ -228,7 +228,8 @@ def _compute_group(tensors: Sequence, tables: KernelTables, out, offsets: Sequen
         counts.append(programs)
     table = runtime.device_table(device, words + runtime.program_map(counts))
     total = sum(counts)
-    ws_counts, parts = runtime.workspace(device).take(
+    workspace = runtime.workspace(device)
+    ws_counts, parts = workspace.take(
         len(tensors) * tables.workspace_width, total * tables.part_width
     )
     args = (ws_counts, 1, 1, table, ws_counts, parts)
@@ -241,3 +242,4 @@ def _compute_group(tensors: Sequence, tables: KernelTables, out, offsets: Sequen
         kernels.stats_finalize, (len(tensors),), out, 0, 1, 1, table, ws_counts, parts,
         **_finalize_constants(tables, device, True, max(counts)),
     )  # fmt: skip
+    workspace.release()

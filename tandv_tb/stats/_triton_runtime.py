@@ -110,22 +110,34 @@ def launch(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
 
 class Workspace:
     """The workspace of one device and stream: int64 counts rows, zero between uses (the
-    kernels that add to them leave them zeroed), and float64 rows of per-program sums.
-    It grows, never shrinks; its size depends on tensor sizes and formats only."""
+    finalize kernel zeroes what the others add), and float64 rows of per-program sums.
+    It grows, never shrinks; its size depends on tensor sizes and formats only. A use
+    whose launches did not all happen (an exception between them) leaves it marked, and
+    the next use zeroes it first."""
 
     def __init__(self, device) -> None:
         self.device = device
         self.counts = None
         self.parts = None
+        self.in_use = False
 
     def take(self, count_words: int, part_words: int):
+        """(counts, parts) buffers of at least these sizes, for launches ended by
+        ``release``."""
         import torch
 
         if self.counts is None or self.counts.numel() < count_words:
             self.counts = torch.zeros(_grown(count_words), dtype=torch.int64, device=self.device)
+        elif self.in_use:
+            self.counts.zero_()
         if self.parts is None or self.parts.numel() < part_words:
             self.parts = torch.empty(_grown(part_words), dtype=torch.float64, device=self.device)
+        self.in_use = True
         return self.counts, self.parts
+
+    def release(self) -> None:
+        """The finalize kernel is launched: the counts rows will be zero again."""
+        self.in_use = False
 
 
 def _grown(words: int) -> int:

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from tandv_tb.stats import _triton_runtime as runtime
-from tandv_tb.stats._triton_kernel import bits_pointer
+from tandv_tb.stats._triton_kernel import bits_pointer, table_entry
 from tandv_tb.stats._triton_tables import source_layout
 from tandv_tb.stats.inputs import float_dtype_name
 
@@ -44,10 +44,7 @@ def watch_kernel(
 ):  # fmt: skip
     g = tl.program_id(0)
     if MANY:
-        tensors = tl.load(table_ptr)
-        t = tl.load(table_ptr + 1 + tensors * TABLE_WIDTH + 2 * g)
-        p = tl.load(table_ptr + 2 + tensors * TABLE_WIDTH + 2 * g)
-        entry = table_ptr + 1 + t * TABLE_WIDTH
+        entry, p, _ = table_entry(table_ptr, g, TABLE_WIDTH)
         x = bits_pointer(tl.load(entry), SRC_BITS, True)
         numel = tl.load(entry + 1)
         slot = tl.load(entry + 2)

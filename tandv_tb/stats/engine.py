@@ -96,7 +96,11 @@ def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None) -> Pen
     wide = torch.float64 if dtype == "float64" else torch.float32
     kernel = _kernel_choice.torch_kernel(tensor, formats)
     if kernel == "triton":  # reads the memory: no detached view needed
-        return _compute_triton(tensor, dtype, formats)
+        try:
+            return _compute_triton(tensor, dtype, formats)
+        except Exception as error:  # a GPU Triton cannot compile for, say: never a crash
+            _kernel_choice.failed(error)
+            kernel = "array"
     values = tensor.detach()
     row_length = _row_length(values)
     if kernel == "cpu" and not values.is_cpu:
@@ -143,7 +147,13 @@ def compute_many(tensors: Sequence, formats: Sequence[str] = ()) -> list[Pending
         offsets = launch.packed_offsets(values, formats)
         packed, start = launch.arena(device).take(offsets[-1])
         offsets = [start + offset for offset in offsets]
-        launch.compute_many_into(values, formats, packed, offsets[:-1])
+        try:
+            launch.compute_many_into(values, formats, packed, offsets[:-1])
+        except Exception as error:  # as in ``_compute_torch``
+            _kernel_choice.failed(error)
+            for i in members:
+                pending[i] = compute(tensors[i], formats)
+            continue
         for i, value, offset in zip(members, values, offsets):
             pending[i] = Pending(
                 float_dtype_name(value.dtype), formats, packed=packed, offset=offset

@@ -95,3 +95,29 @@ def test_compute_many_matches_compute(monkeypatch, fallbacks):
     for many, single, tensor in zip(engine.fetch(pending), one, tensors):
         assert_same_stats(many, single)
         assert_same_stats(many, cpu_stats(tensor, FORMATS))
+
+
+def test_a_failed_launch_falls_back_for_good_without_a_crash(monkeypatch, fallbacks):
+    """Where Triton cannot run (a GPU it cannot compile for, say) the array kernel takes
+    that tensor and every later one, with one warning; a launch interrupted half-way
+    leaves the workspace to be zeroed by its next use."""
+    from tandv_tb.stats import _triton_launch, _triton_runtime
+
+    monkeypatch.setenv("TANDV_TB_KERNEL", "triton")
+    monkeypatch.setattr(_kernel_choice, "_broken", "")
+    tensor = triton_source.tensor(np.linspace(-3, 3, 64, dtype=np.float32).reshape(2, 32))
+    real_launch = _triton_runtime.launch
+
+    def first_launch_then_fail(kernel, *args, **kwargs):
+        real_launch(kernel, *args, **kwargs)
+        if kernel is _triton_launch.kernels.stats_main:
+            raise RuntimeError("no ptxas for this GPU")
+
+    monkeypatch.setattr(_triton_runtime, "launch", first_launch_then_fail)
+    with pytest.warns(RuntimeWarning, match="no ptxas") as warned:
+        pending = [engine.compute(tensor, FORMATS) for _ in range(2)]
+    assert len(warned) == 1 and [_kernel_of(p) for p in pending] == ["array", "array"]
+    monkeypatch.setattr(_triton_runtime, "launch", real_launch)
+    monkeypatch.setattr(_kernel_choice, "_broken", "")
+    [stats] = engine.fetch([engine.compute(tensor, FORMATS)])  # the workspace zeroed first
+    assert_same_stats(stats, cpu_stats(tensor, FORMATS))
