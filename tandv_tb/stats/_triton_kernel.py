@@ -504,7 +504,7 @@ def stats_finalize(
         numel = tl.load(entry + 1)
         part_row = part_ptr + tl.load(entry + 3) * PART_WIDTH
         programs = tl.load(entry + 4)
-        out = out_ptr + tl.load(entry + 5)
+        out = out_ptr + out_offset + tl.load(entry + 5)
         ws_row = ws_ptr + t * WS_WIDTH
     else:
         part_row = part_ptr

@@ -220,11 +220,14 @@ def compute_many_into(
 
 
 def _compute_group(tensors: Sequence, tables: KernelTables, out, offsets: Sequence[int]) -> None:
+    """One dtype's launches. The table holds the outputs' offsets from the first, so that
+    the same tensors written to another place of a buffer reuse it."""
     device = out.device
+    base = min(offsets)
     words, counts = [len(tensors)], []
     for tensor, offset in zip(tensors, offsets):
         numel, row_length, programs = _sizes(tensor, tables)
-        words += [tensor.data_ptr(), numel, row_length, sum(counts), programs, offset]
+        words += [tensor.data_ptr(), numel, row_length, sum(counts), programs, offset - base]
         counts.append(programs)
     table = runtime.device_table(device, words + runtime.program_map(counts))
     total = sum(counts)
@@ -239,7 +242,7 @@ def _compute_group(tensors: Sequence, tables: KernelTables, out, offsets: Sequen
             kernels.stats_nvfp4, (total,), *args, **_nvfp4_constants(tables, device, True)
         )
     runtime.launch(
-        kernels.stats_finalize, (len(tensors),), out, 0, 1, 1, table, ws_counts, parts,
+        kernels.stats_finalize, (len(tensors),), out, base, 1, 1, table, ws_counts, parts,
         **_finalize_constants(tables, device, True, max(counts)),
     )  # fmt: skip
     workspace.release()

@@ -60,7 +60,7 @@ def test_step_reads_take_a_few_launches_for_every_tensor(monkeypatch):
     words = len(tensors) * _triton_watch.SLOT_COUNTS
     found = torch.zeros(words, dtype=torch.int64, device=triton_source.device())
     slots = list(range(len(tensors)))
-    engine.fetch(engine.compute_many(tensors, FORMATS))  # compiles, caches the tables
+    engine.fetch(engine.compute_many(tensors, FORMATS))  # compiles, caches the table
     _triton_watch.watch_many_into(tensors, found, slots)
     with counting() as statistics:
         pending = engine.compute_many(tensors, FORMATS)
@@ -68,8 +68,10 @@ def test_step_reads_take_a_few_launches_for_every_tensor(monkeypatch):
         _triton_watch.watch_many_into(tensors, found, slots)
     with counting() as hooked:
         _triton_watch.watch_into(tensors[0], found, 0)
-    assert len(statistics.launches) == 6 and statistics.total <= 16, statistics  # 2 dtypes
-    assert len(watch.launches) == 2 and watch.total <= 16, watch
+    # Per dtype (two here) main, nvfp4 and finalize; no torch operation: the output is a
+    # slice of the arena, and the tables of these tensors are cached on the device.
+    assert len(statistics.launches) == 6 and statistics.operations == [], statistics
+    assert len(watch.launches) == 2 and watch.operations == [], watch
     assert hooked.total == 1, hooked
     for tensor, got in list(zip(tensors, engine.fetch(pending)))[::7]:
         assert_same_stats(got, cpu_stats(tensor, FORMATS))
