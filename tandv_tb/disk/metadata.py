@@ -16,7 +16,8 @@ written as version 2, which every reader since reads.
 
 Readers take the name and tensor type from here, never by parsing the tag string. A tag
 of another kind (``"kind": "nonfinite"``, the non-finite watch's record, see
-``tandv_tb.disk.nonfinite_record``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
+``tandv_tb.disk.nonfinite_record``; ``"kind": "graph"``, the model's graph, see
+``tandv_tb.disk.graph_record``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
 ``NotNumerics``, which readers skip silently. The version says how each step's tensor is
 stored (see ``tandv_tb.disk.summary``): 1 as ``int64_val``, 2 (written since) as varint bytes,
 3 as 2 with a block formats section; this version reads all three, and refuses newer ones.
@@ -37,9 +38,11 @@ PLUGIN_NAME = "tandv"
 PLUGIN_DATA_VERSION = 3
 #: The version written for tags without block formats (readable by older tandv_tb).
 PLAIN_VERSION = 2
-#: ``kind`` of the numerics tags (also implied by no ``kind``) and of the watch's record.
+#: ``kind`` of the numerics tags (also implied by no ``kind``), of the watch's record and
+#: of the model's graph (``tandv_tb.disk.graph_record``).
 NUMERICS_KIND = "numerics"
 NONFINITE_KIND = "nonfinite"
+GRAPH_KIND = "graph"
 
 #: Stored dtypes, by code (the code is the index). Append-only: codes never change.
 DTYPE_CODES = (
