@@ -22,50 +22,11 @@ from tandv_tb.disk.graph_record import (
     TensorSpec,
     decode_graph,
     encode_graph,
-    invocation_id,
 )
 from tandv_tb.disk.graphs import read_graph
 from tandv_tb.frame import DataWarning
 from tandv_tb.writer import NumericsWriter
-
-HOSTILE = "<img src=x onerror=alert(1)>"
-
-
-def residual_graph() -> dict:
-    """A model ``Net`` calling ``embed``, ``block`` twice (shared weights) and ``head``, the
-    block's ``fc`` inside it; the residual path skips each block call."""
-
-    def node(layer, kind, parent, order, call=0, shape=(4, 8), extra=None):
-        return {
-            "id": invocation_id(layer, call),
-            "layer": layer,
-            "module_type": kind,
-            "parent": parent,
-            "order": order,
-            "inputs": [{"shape": list(shape), "dtype": "float32"}],
-            "outputs": [{"shape": list(shape), "dtype": "bfloat16"}],
-            "extra": extra or {},
-        }
-
-    fc = {"extra_repr": "in_features=8, out_features=8, bias=True"}
-    fc["parameters"] = [{"name": "weight", "shape": [8, 8], "dtype": "float32"}]
-    nodes = [
-        node("Net", "Net", None, 0),
-        node("embed", "Embedding", "Net#0", 1),
-        node("block", "Block", "Net#0", 2),
-        node("block.fc", "Linear", "block#0", 3, extra=fc),
-        node("block", "Block", "Net#0", 4, call=1),
-        node("block.fc", "Linear", "block#1", 5, call=1, extra=fc),
-        node(HOSTILE, "名前\"'\\", "Net#0", 6, shape=()),
-    ]
-    edges = [
-        ("embed#0", "block#0"),
-        ("embed#0", "block.fc#0"),
-        ("block.fc#0", "block#1"),
-        ("embed#0", "block#1"),  # the residual path around the first call
-        ("block#1", f"{HOSTILE}#0"),
-    ]
-    return {"nodes": nodes, "edges": [{"source": s, "target": t} for s, t in edges]}
+from tests.helpers.model_graphs import gpt_graph, residual_graph
 
 
 def test_json_round_trip_gives_the_same_graph_and_dataclasses_the_same_json():
@@ -150,6 +111,14 @@ def _set(path, value):
 def test_a_graph_that_is_not_one_is_refused_naming_the_problem(change, message):
     with pytest.raises(GraphError, match=message):
         ModelGraph.from_json(_graph_with(change))
+
+
+def test_the_gpt_graph_of_the_tests_is_a_graph():
+    graph = ModelGraph.from_json(gpt_graph(blocks=3))
+    assert len(graph.nodes) == 2 + 3 * 9 + 1
+    assert {node.parent for node in graph.nodes if node.layer.endswith(".c_fc")} == {
+        f"blocks.{b}.mlp#0" for b in range(3)
+    }
 
 
 def test_a_model_of_one_module_is_a_graph_of_one_node():

@@ -21,6 +21,7 @@ from torch import nn
 
 import tandv_tb.torch
 from tandv_tb.writer import NumericsWriter
+from tests.helpers.model_graphs import gpt_graph
 from tests.helpers.plugin import TensorBoardProcess, write_logdir
 from tests.helpers.s3_server import S3Server, download, environment, unreachable_endpoint
 from tests.helpers.s3_server import s3 as s3  # noqa: F401 (the fixture)
@@ -59,6 +60,7 @@ def _routes(server: TensorBoardProcess) -> list[str]:
     paths.append(_query("findings", run=runs))
     for run in runs:
         paths += [_query("scalars", run=run), _query("scalars.csv", run=run)]
+        paths.append(_query("graph", run=run))
         for tensor_type in next(r for r in server.json(_query("runs"))["runs"] if r["run"] == run)[
             "tensor_types"
         ]:
@@ -97,6 +99,8 @@ def test_every_route_serves_every_step_from_s3(s3, tmp_path):
     url = s3.bucket("runs") + "/logs"
     _train(f"{url}/tracked")
     layout = write_logdir(tmp_path / "uploaded", steps=STEPS)
+    with NumericsWriter(str(tmp_path / "uploaded" / "alpha")) as writer:
+        writer.add_graph(gpt_graph(2))
     s3.upload(tmp_path / "uploaded", url)
     local = download(s3, url, tmp_path / "copy")
     remote_tb = TensorBoardProcess(
@@ -111,6 +115,8 @@ def test_every_route_serves_every_step_from_s3(s3, tmp_path):
             _query("heatmap", run="alpha", tensor_type="Gradient", metric="mean", columns=10000)
         )
         assert [c["step"] for c in heatmap["columns"]] == layout.steps("alpha", "Gradient", "embed")
+        graph = remote_tb.json(_query("graph", run="alpha"))
+        assert (graph["nodes"], graph["edges"]) == tuple(gpt_graph(2).values())
         tracked = remote_tb.json(_query("steps", run="tracked", tensor_type="Weight"))
         assert tracked["steps"] == list(range(STEPS))
         paths = _routes(remote_tb)
