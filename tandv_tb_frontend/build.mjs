@@ -1,11 +1,10 @@
-// Bundle the Numerics tab into an ES module, `index.js`, and the chunks it loads on demand
-// (`chunk-<hash>.js`: the graph view's layout library): `node build.mjs [outdir]`.
+// Bundle the Numerics tab into one ES module: `node build.mjs [outdir]`.
 // Deterministic: same sources and lockfile give the same bytes (no timestamps, no paths).
 // `node build.mjs --bench FILE` instead bundles the heatmap benchmark (src/bench.ts) into one
 // classic script that defines `tandvBench.benchHeatmap`; it is never shipped: the browser
 // test evaluates it inside the open tab (tests/browser_helpers.py, heatmap_bench_script).
 import { build } from "esbuild";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -30,18 +29,11 @@ if (process.argv[2] === "--bench") {
 
 const outdir = resolve(process.argv[2] ?? resolve(here, "../tandv_tb/static"));
 mkdirSync(outdir, { recursive: true });
-// Chunks loaded on demand (the graph layout's elkjs) are named by their content: those of
-// an earlier build go.
-for (const name of readdirSync(outdir)) {
-  if (name.startsWith("chunk-")) rmSync(resolve(outdir, name));
-}
 
 const result = await build({
   absWorkingDir: here,
-  entryPoints: { index: "src/index.ts" },
-  outdir,
-  splitting: true,
-  chunkNames: "chunk-[hash]",
+  entryPoints: ["src/index.ts"],
+  outfile: resolve(outdir, "index.js"),
   bundle: true,
   format: "esm",
   platform: "browser",
@@ -74,5 +66,5 @@ const notices = [...packages].sort().map((name) => {
 });
 writeFileSync(
   resolve(outdir, "THIRD_PARTY_LICENSES.txt"),
-  `Third-party code bundled into index.js and its chunks\n\n${notices.join("\n" + "-".repeat(72) + "\n\n")}`,
+  `Third-party code bundled into index.js\n\n${notices.join("\n" + "-".repeat(72) + "\n\n")}`,
 );

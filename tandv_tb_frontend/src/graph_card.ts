@@ -12,7 +12,7 @@ import { Card } from "./card";
 import { type CellScale, cellScale, SPECIAL } from "./colors";
 import { button } from "./controls";
 import { h, replaceChildren } from "./dom";
-import { type Layout, layOut, type Pin, prepareLayout } from "./graph_layout";
+import { type Layout, layOut } from "./graph_layout";
 import {
   type Coverage,
   GraphIndex,
@@ -61,9 +61,7 @@ export class GraphCard {
   private scale: CellScale | null = null;
   private metric: MetricInfo | null = null;
   private level: Level | null = null;
-  private readonly layouts = new Map<string, Promise<Layout>>();
-  /** Counts the levels asked for: an older one's layout is not drawn. */
-  private shows = 0;
+  private readonly layouts = new Map<string, Layout>();
   private drawnWidth = -1;
 
   constructor(private readonly store: Store) {
@@ -108,12 +106,11 @@ export class GraphCard {
   private async loadGraph(): Promise<void> {
     const run = this.store.state.heatmapRun;
     if (!this.active() || !run) return;
-    prepareLayout();
     const signal = this.card.signal("graph");
     const graph = await this.card.load(() => api.graph(run, signal));
     if (!graph || graph.run !== this.store.state.heatmapRun) return;
     this.graph = graph;
-    await this.rebuild();
+    this.rebuild();
   }
 
   private async loadValues(): Promise<void> {
@@ -138,11 +135,11 @@ export class GraphCard {
     this.values = values;
     this.metric = values.minus_run ? differenceMetric(metric, values) : metric;
     this.scale = cellScale(this.metric.scale, values.value_range, this.metric.kind === "fraction");
-    await this.rebuild();
+    this.rebuild();
   }
 
   /** The index of the run's graph (or of its layer names, without one) and what it covers. */
-  private async rebuild(): Promise<void> {
+  private rebuild(): void {
     const { graph, values } = this;
     if (!graph || !values || graph.run !== values.run) return;
     const names = values.layers.map((layer) => layer.layer);
@@ -161,7 +158,7 @@ export class GraphCard {
       this.metric && this.scale ? legend(values, this.metric, this.scale) : [],
     );
     this.slider.max = String(Math.max(0, values.columns.length - 1));
-    await this.show();
+    this.show();
   }
 
   private renderNote(): void {
@@ -185,35 +182,30 @@ export class GraphCard {
 
   /** Draw again at the card's new width (the layout is kept). */
   resized(): void {
-    if (this.level && this.card.root.clientWidth !== this.drawnWidth) void this.show();
+    if (this.level && this.card.root.clientWidth !== this.drawnWidth) this.show();
   }
 
-  /** Lay out and draw the open call's level. */
-  private async show(): Promise<void> {
+  /** Lay out (once per open call) and draw the open call's level. */
+  private show(): void {
     const index = this.index;
     if (!index || !this.active()) return;
     const started = performance.now();
-    const ticket = ++this.shows;
     const focus = index.focusFor(this.store.state.graphFocus);
     const level = index.level(focus);
     const shown = this.boxes(level);
     let layout = this.layouts.get(focus);
     if (!layout) {
-      layout = layOut(
-        shown.map((box) => ({
-          id: box.id,
-          width: boxWidth(box),
-          height: BOX_HEIGHT,
-          pin: (box.id === INPUTS ? "first" : box.id === OUTPUTS ? "last" : null) as Pin,
-        })),
-        level.edges,
-      );
+      const sized = shown.map((box) => ({ id: box.id, width: boxWidth(box), height: BOX_HEIGHT }));
+      try {
+        layout = layOut(sized, level.edges);
+      } catch (error) {
+        this.card.showError(`The graph could not be laid out: ${String(error)}`);
+        return;
+      }
       this.layouts.set(focus, layout);
     }
-    const laid = await this.card.load(() => layout);
-    if (!laid || ticket !== this.shows) return;
     this.level = level;
-    this.view.draw(shown, laid, level.buses);
+    this.view.draw(shown, layout, level.buses);
     this.drawnWidth = this.card.root.clientWidth;
     this.renderCrumbs(focus);
     this.recolour();

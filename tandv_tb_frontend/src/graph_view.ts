@@ -199,9 +199,10 @@ export class GraphView {
 }
 
 /**
- * A bus: a trunk at ``x`` beside the layout, the hub joined to it, a branch with an arrow
- * to each call it feeds (``out``: from the hub's left side to theirs) or from each call
- * feeding it (``in``: from their right sides to the hub's).
+ * A bus: a trunk at ``x`` beside the layout, joined to the hub just above it (``out``) or
+ * below it (``in``), clear of the boxes of its rank, and a branch with an arrow to each
+ * call it feeds (``out``: into their left sides) or from each call feeding it (``in``: out
+ * of their right sides).
  */
 function busPaths(bus: Bus, layout: Layout, x: number, shown: Shown[]): SVGGElement {
   const group = svg("g", { class: "tv-graph-bus" });
@@ -212,10 +213,11 @@ function busPaths(bus: Bus, layout: Layout, x: number, shown: Shown[]): SVGGElem
   if (!hub || !others.length) return group;
   const side = (p: Placed) => (bus.kind === "out" ? p.x : p.x + p.width);
   const mid = (p: Placed) => p.y + p.height / 2;
-  const ys = [mid(hub), ...others.map(mid)];
-  const trunk = svg("path", {
-    d: `M${side(hub)},${mid(hub)}H${x}M${x},${Math.min(...ys)}V${Math.max(...ys)}`,
-  });
+  const centre = hub.x + hub.width / 2;
+  const join = bus.kind === "out" ? hub.y - BUS_GAP : hub.y + hub.height + BUS_GAP;
+  const ys = [join, ...others.map(mid)];
+  const edge = bus.kind === "out" ? hub.y : hub.y + hub.height;
+  const trunk = svg("path", { d: `M${x},${Math.min(...ys)}V${Math.max(...ys)}` });
   const title = svg("title");
   const name = shown.find((box) => box.id === bus.hub)?.label ?? bus.hub;
   title.textContent =
@@ -223,9 +225,6 @@ function busPaths(bus: Bus, layout: Layout, x: number, shown: Shown[]): SVGGElem
   trunk.append(title);
   group.append(trunk);
   const arrow = { "marker-end": "url(#tv-graph-arrow)" };
-  if (bus.kind === "in") {
-    group.append(svg("path", { d: `M${x},${mid(hub)}H${side(hub)}`, ...arrow }));
-  }
   for (const other of others) {
     const d =
       bus.kind === "out"
@@ -233,6 +232,11 @@ function busPaths(bus: Bus, layout: Layout, x: number, shown: Shown[]): SVGGElem
         : `M${side(other)},${mid(other)}H${x}`;
     group.append(svg("path", bus.kind === "out" ? { d, ...arrow } : { d }));
   }
+  group.append(
+    bus.kind === "out"
+      ? svg("path", { d: `M${centre},${edge}V${join}H${x}` })
+      : svg("path", { d: `M${x},${join}H${centre}V${edge}`, ...arrow }),
+  );
   return group;
 }
 
