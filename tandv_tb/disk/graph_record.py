@@ -47,7 +47,13 @@ from collections.abc import Iterable, Mapping
 
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from tandv_tb.disk.metadata import GRAPH_KIND, PLUGIN_NAME, UnsupportedVersion
+from tandv_tb.disk.metadata import (
+    GRAPH_KIND,
+    PLUGIN_NAME,
+    plugin_content,
+    plugin_metadata,
+    plugin_version,
+)
 
 #: The tag of the graph's record (one per run; the last one written is the run's graph).
 GRAPH_TAG = f"{PLUGIN_NAME}/_graph"
@@ -145,17 +151,6 @@ def as_graph(graph: ModelGraph | Mapping) -> ModelGraph:
 
 
 # -- the record ----------------------------------------------------------------------------
-def _metadata() -> summary_pb2.SummaryMetadata:
-    content = {"version": GRAPH_VERSION, "kind": GRAPH_KIND}
-    return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(
-            plugin_name=PLUGIN_NAME,
-            content=json.dumps(content, separators=(",", ":")).encode("utf-8"),
-        ),
-        data_class=summary_pb2.DATA_CLASS_TENSOR,
-    )
-
-
 def encode_graph(graph: ModelGraph | Mapping) -> summary_pb2.Summary.Value:
     """The summary value of a graph (a ``ModelGraph`` or its JSON object; ``GraphError``
     for one that is not a graph)."""
@@ -165,29 +160,20 @@ def encode_graph(graph: ModelGraph | Mapping) -> summary_pb2.Summary.Value:
         tensor_shape=tensor_shape_pb2.TensorShapeProto(),
         string_val=[text.encode("utf-8")],
     )
-    return summary_pb2.Summary.Value(tag=GRAPH_TAG, metadata=_metadata(), tensor=tensor)
+    metadata = plugin_metadata({"version": GRAPH_VERSION, "kind": GRAPH_KIND})
+    return summary_pb2.Summary.Value(tag=GRAPH_TAG, metadata=metadata, tensor=tensor)
 
 
 def check_graph_content(content: bytes) -> None:
     """Refuse a graph record's plugin content of a newer version (``UnsupportedVersion``)
-    or a malformed one (``GraphError``)."""
-    try:
-        data = json.loads(bytes(content).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise GraphError("graph record: its plugin content is not UTF-8 JSON") from None
-    version = data.get("version") if isinstance(data, dict) else None
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise GraphError(f"graph record: bad version {version!r} in its plugin content")
-    if version > GRAPH_VERSION:
-        raise UnsupportedVersion(
-            f"this graph was written with graph record version {version}, but this tandv_tb "
-            f"reads versions up to {GRAPH_VERSION}: upgrade tandv_tb"
-        )
+    or a malformed one (``ValueError``)."""
+    plugin_version(plugin_content(content), GRAPH_VERSION, "this graph was")
 
 
 def decode_graph(tensor: tensor_pb2.TensorProto, content: bytes) -> ModelGraph:
     """The graph of one value (its tensor, and its plugin content); ``UnsupportedVersion``
-    for a newer record, ``GraphError`` saying what is malformed."""
+    for a newer record, ``ValueError`` (``GraphError`` for the graph itself) saying what
+    is malformed."""
     check_graph_content(content)
     if tensor.dtype != types_pb2.DT_STRING:
         raise GraphError(f"graph record: expected a DT_STRING tensor, got dtype {tensor.dtype}")

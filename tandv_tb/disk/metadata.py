@@ -199,6 +199,12 @@ def create_summary_metadata(
     }
     if block_formats:
         content["block_formats"] = list(block_formats)
+    return plugin_metadata(content)
+
+
+def plugin_metadata(content: dict) -> summary_pb2.SummaryMetadata:
+    """The ``SummaryMetadata`` of a tag of this plugin (``DATA_CLASS_TENSOR``), ``content``
+    as compact JSON: numerics tags and the records of other kinds alike."""
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(
             plugin_name=PLUGIN_NAME,
@@ -216,6 +222,31 @@ def _content_json(content: bytes) -> object:
         return json.loads(bytes(content).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: {error}") from None
+    except RecursionError:  # nested deeper than the parser goes: no metadata of ours
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: nested too deeply") from None
+
+
+def plugin_content(content: bytes) -> dict:
+    """A tag's plugin content as the JSON object it must be (``ValueError`` otherwise)."""
+    data = _content_json(content)
+    if not isinstance(data, dict):
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: not a JSON object")
+    return data
+
+
+def plugin_version(data: dict, newest: int, written: str) -> int:
+    """The ``version`` of a plugin content: ``ValueError`` for a malformed one,
+    ``UnsupportedVersion`` for one above ``newest`` (``written``: what was written,
+    "these numerics were")."""
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad version {version!r}")
+    if version > newest:
+        raise UnsupportedVersion(
+            f"{written} written with plugin data version {version}, but this tandv_tb "
+            f"reads versions up to {newest}: upgrade tandv_tb"
+        )
+    return version
 
 
 def plugin_kind(content: bytes) -> str | None:
@@ -234,20 +265,11 @@ def plugin_kind(content: bytes) -> str | None:
 def parse_plugin_metadata(content: bytes) -> TagInfo:
     """Decode ``plugin_data.content``; ``UnsupportedVersion`` for data of a newer version,
     ``NotNumerics`` for a tag of another kind, ``ValueError`` for anything malformed."""
-    data = _content_json(content)
-    if not isinstance(data, dict):
-        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: not a JSON object")
+    data = plugin_content(content)
     kind = data.get("kind", NUMERICS_KIND)
     if kind != NUMERICS_KIND:
         raise NotNumerics(f"a {PLUGIN_NAME} tag of kind {kind!r}, not numerics")
-    version = data.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad version {version!r}")
-    if version > PLUGIN_DATA_VERSION:
-        raise UnsupportedVersion(
-            f"these numerics were written with plugin data version {version}, but this "
-            f"tandv_tb reads versions up to {PLUGIN_DATA_VERSION}: upgrade tandv_tb"
-        )
+    version = plugin_version(data, PLUGIN_DATA_VERSION, "these numerics were")
     for field, kind in _FIELDS.items():
         value = data.get(field)
         if not isinstance(value, kind) or isinstance(value, bool):

@@ -219,38 +219,30 @@ export class GraphCard {
 
   private boxes(level: Level): Shown[] {
     const index = this.index as GraphIndex;
-    const out: Shown[] = [];
     const open = index.byId.get(level.focus);
-    if (level.inputs) {
-      out.push({
-        id: INPUTS,
-        label: "inputs",
-        sub: open ? specs(open.inputs) : "",
-        opens: false,
-        boundary: true,
-      });
-    }
-    for (const node of level.nodes) {
+    const boundary = (id: string, label: string, list: api.TensorSpec[] | undefined) => ({
+      id,
+      label,
+      sub: list ? specs(list) : "",
+      opens: false,
+      boundary: true,
+    });
+    const calls = level.nodes.map((node) => {
       const shape = node.outputs[0] ? ` · [${node.outputs[0].shape.join(",")}]` : "";
       const tensors = this.coverage?.all.get(node.id)?.length ?? 0;
-      out.push({
+      return {
         id: node.id,
         label: index.label(node),
         sub: node.module_type ? `${node.module_type}${shape}` : `${tensors} tensors`,
         opens: index.hasChildren(node.id),
         boundary: false,
-      });
-    }
-    if (level.outputs) {
-      out.push({
-        id: OUTPUTS,
-        label: "outputs",
-        sub: open ? specs(open.outputs) : "",
-        opens: false,
-        boundary: true,
-      });
-    }
-    return out;
+      };
+    });
+    return [
+      ...(level.inputs ? [boundary(INPUTS, "inputs", open?.inputs)] : []),
+      ...calls,
+      ...(level.outputs ? [boundary(OUTPUTS, "outputs", open?.outputs)] : []),
+    ];
   }
 
   private renderCrumbs(focus: string): void {

@@ -6,7 +6,7 @@
  */
 
 import { hsl } from "d3-color";
-import { h } from "./dom";
+import { h, placeTooltip } from "./dom";
 import type { Layout, Placed } from "./graph_layout";
 import type { Bus } from "./graph_model";
 
@@ -184,12 +184,7 @@ export class GraphView {
       this.tooltip.replaceChildren(...this.events.describe(id));
       this.tooltip.dataset.id = id;
     }
-    this.tooltip.style.display = "block";
-    const flipX = event.clientX > window.innerWidth - 440;
-    const flipY = event.clientY > window.innerHeight - 160;
-    this.tooltip.style.transform = `translate(${event.clientX + (flipX ? -14 : 14)}px, ${
-      event.clientY + (flipY ? -14 : 14)
-    }px) translate(${flipX ? "-100%" : "0"}, ${flipY ? "-100%" : "0"})`;
+    placeTooltip(this.tooltip, event, 220);
   }
 
   private unhover(): void {

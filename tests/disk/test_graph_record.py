@@ -153,8 +153,9 @@ GOOD_CONTENT = b'{"version":1,"kind":"graph"}'
             GraphError,
             "DT_STRING",
         ),
-        (_string_tensor(b'{"nodes": []}'), b"\xff", GraphError, "plugin content"),
-        (_string_tensor(b'{"nodes": []}'), b'{"kind":"graph"}', GraphError, "bad version"),
+        (_string_tensor(b'{"nodes": []}'), b"\xff", ValueError, "plugin metadata"),
+        (_string_tensor(b'{"nodes": []}'), b'{"kind":"graph"}', ValueError, "bad version"),
+        (_string_tensor(b'{"nodes": []}'), b"[" * 100_000, ValueError, "nested too deeply"),
         (
             _string_tensor(b'{"nodes": []}'),
             b'{"version":2,"kind":"graph"}',
