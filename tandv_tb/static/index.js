@@ -805,6 +805,10 @@ button.tv-headline:focus-visible {
 .tv-graph-tooltip .tv-muted {
   color: #bdbdbd;
 }
+.tv-graph-tooltip {
+  word-break: normal;
+  overflow-wrap: anywhere;
+}
 `;function i8(){for(let e of[vc,xp]){let t=document.createElement("style");t.textContent=e,document.head.appendChild(t)}}async function Y_(){i8(),document.title="Numerics";let e=document.createElement("div");e.id="tandv-numerics",document.body.appendChild(e);let t=new Ma,n={...Yu(),...Wu(await t.urlData())},r=new ka(e,n);wp(i=>{document.documentElement.classList.toggle("tv-dark",i),r.themeChanged()}),t.listen("experimental.DataReloaded",()=>{r.refresh()}),await r.refresh()}export{Y_ as render};
 /*! Bundled license information:
 
