@@ -30,7 +30,7 @@ from werkzeug import wrappers
 
 from tandv_tb.disk import metadata
 from tandv_tb.disk.locations import StorageError
-from tandv_tb.plugin import block_views, csv_views, findings_route, views
+from tandv_tb.plugin import block_views, csv_views, findings_route, graph_route, views
 from tandv_tb.plugin.listing import Listing, provider_tags, store_tags
 from tandv_tb.plugin.params import Params
 from tandv_tb.plugin.response_cache import ResponseCache
@@ -58,6 +58,7 @@ RUN_ROUTES = {
     "heatmap": views.heatmap,
     "series": views.series,
     "blocks": block_views.blocks,
+    "graph": graph_route.graph,
 }
 #: Routes without a run (or, for scalars, not bound to the numerics of a run).
 PLAIN_ROUTES = {

@@ -251,6 +251,11 @@ class NumericsStore:
         """The watch's records of a run, by step, entries in execution order."""
         return self._reader.nonfinite(run)
 
+    def graph(self, run: str) -> tuple[tuple[int, str] | None, list[tuple[int, str]]]:
+        """The run's graph: its last readable record (step, graph as JSON) or None, and
+        the records that could not be read (step, why)."""
+        return self._reader.graph(run)
+
     def scalar_series(self, run: str, tags: list[str] | None = None) -> dict[str, ScalarSeries]:
         """The run's TensorBoard scalars (only ``tags``, where given), every stored step."""
         return self._reader.scalars(run, tags)

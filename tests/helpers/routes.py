@@ -24,6 +24,7 @@ def every_route(server: TensorBoardProcess) -> list[str]:
     paths.append(query("findings", run=runs))
     for run in listed:
         paths += [query("scalars", run=run["run"]), query("scalars.csv", run=run["run"])]
+        paths.append(query("graph", run=run["run"]))
         for tensor_type in run["tensor_types"]:
             where = {"run": run["run"], "tensor_type": tensor_type}
             layers = server.json(query("layers", **where))["layers"]

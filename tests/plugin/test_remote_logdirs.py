@@ -20,6 +20,7 @@ from torch import nn
 
 import tandv_tb.torch
 from tandv_tb.writer import NumericsWriter
+from tests.helpers.model_graphs import gpt_graph
 from tests.helpers.plugin import TensorBoardProcess, write_logdir
 from tests.helpers.routes import every_route, query
 from tests.helpers.s3_server import S3Server, download, environment, unreachable_endpoint
@@ -61,6 +62,8 @@ def test_every_route_serves_every_step_from_s3(s3, tmp_path):
     url = s3.bucket("runs") + "/logs"
     _train(f"{url}/tracked")
     layout = write_logdir(tmp_path / "uploaded", steps=STEPS)
+    with NumericsWriter(str(tmp_path / "uploaded" / "alpha")) as writer:
+        writer.add_graph(gpt_graph(2))
     s3.upload(tmp_path / "uploaded", url)
     local = download(s3, url, tmp_path / "copy")
     remote_tb = TensorBoardProcess(
@@ -75,6 +78,8 @@ def test_every_route_serves_every_step_from_s3(s3, tmp_path):
             query("heatmap", run="alpha", tensor_type="Gradient", metric="mean", columns=10000)
         )
         assert [c["step"] for c in heatmap["columns"]] == layout.steps("alpha", "Gradient", "embed")
+        graph = remote_tb.json(query("graph", run="alpha"))
+        assert (graph["nodes"], graph["edges"]) == tuple(gpt_graph(2).values())
         tracked = remote_tb.json(query("steps", run="tracked", tensor_type="Weight"))
         assert tracked["steps"] == list(range(STEPS))
         paths = every_route(remote_tb)
