@@ -46,7 +46,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -54,6 +54,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tandv_tb import formats as fmt
 from tandv_tb.disk.event_file import EventFile
 from tandv_tb.disk.event_objects import EventObjects
+from tandv_tb.disk.graph_record import ModelGraph, encode_graph
 from tandv_tb.disk.metadata import TagInfo, check_tensor_type
 from tandv_tb.disk.nonfinite_record import NonfiniteEntry, encode_nonfinite
 from tandv_tb.disk.record import NumericsRecord
@@ -212,6 +213,7 @@ class NumericsWriter:
         self._closed = False
         self._step_records: list[RecordItem] = []  # hand-written records of one step
         self._records_step = 0
+        self._graph = b""  # the last graph written (its record's JSON)
         self._user_writer = None if writer is None else UserWriter(writer)
         self._events = _event_sink(os.fspath(logdir)) if writer is None else None
         self._timer = _PeriodicFlush(self.flush, FLUSH_SECS)
@@ -269,6 +271,22 @@ class NumericsWriter:
         """Record the tensors found holding NaN/Inf at ``step`` (in execution order; see
         ``tandv_tb.disk.nonfinite_record``); nothing is written for none."""
         self.add_records(step, [], nonfinite=entries)
+
+    def add_graph(self, graph: ModelGraph | Mapping, step: int = 0) -> None:
+        """Record the model's graph, shown by the tab's Graph view: a ``ModelGraph`` or its
+        JSON object (``tandv_tb.disk.graph_record``), checked first (``GraphError`` says
+        what is wrong). The run's graph is the last one written; one equal to the last
+        this writer wrote is not written again."""
+        step = _check_step(step)
+        value = encode_graph(graph)
+        with self._lock:
+            if self._closed:
+                raise ValueError("this NumericsWriter is closed")
+            if value.tensor.string_val[0] == self._graph:
+                return
+            self._write_step_records()
+            if self._write(summary_pb2.Summary(value=[value]), step, 1):
+                self._graph = value.tensor.string_val[0]
 
     def add_records(
         self, step: int, items: Iterable[RecordItem], nonfinite: Iterable[NonfiniteEntry] = ()

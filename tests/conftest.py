@@ -23,11 +23,17 @@ def browser():
 
 def pytest_configure(config):
     """Every store the plugin builds during the tests goes to a folder of this session
-    (``XDG_CACHE_HOME``, inherited by the ``tensorboard`` processes the tests start)."""
+    (``XDG_CACHE_HOME``, inherited by the ``tensorboard`` processes the tests start).
+    Without a GPU, the Triton kernels run in Triton's interpreter on CPU tensors
+    (``TRITON_INTERPRET=1``, read when a kernel is defined, so set before any is)."""
     import os
     import tempfile
 
+    import torch
+
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tandv_tb-test-cache-")
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(items):

@@ -7,7 +7,8 @@ import dataclasses
 import numpy as np
 from tensorboard.compat.proto import types_pb2
 
-from tandv_tb.disk.metadata import NONFINITE_KIND, PLUGIN_NAME
+from tandv_tb.disk.graph_record import GraphRecord, read_graph_value
+from tandv_tb.disk.metadata import GRAPH_KIND, NONFINITE_KIND, PLUGIN_NAME
 from tandv_tb.disk.nonfinite_record import NonfiniteEntry, decode_nonfinite
 from tandv_tb.disk.summary import encode_varints, stored_vector
 from tandv_tb.disk.tag_table import TagTable
@@ -37,6 +38,7 @@ class Chunk:
     problems: list[str]
     nonfinite: list[tuple[int, list[NonfiniteEntry]]]  # (step, entries) of the watch
     scalars: list[tuple[str, int, float, float]]  # TensorBoard scalars: tag, step, time, value
+    graphs: list[GraphRecord] = dataclasses.field(default_factory=list)  # the model's graph
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -62,6 +64,7 @@ class ChunkValues:
         self.extra_size = 0
         self.nonfinite: list[tuple[int, list[NonfiniteEntry]]] = []
         self.scalars: list[tuple[str, int, float, float]] = []
+        self.graphs: list[GraphRecord] = []
 
     def add_fast(self, events, tags, steps, walls, starts, sizes) -> None:
         """Values found by the scan: per value its event, tag, step, wall time and where
@@ -114,7 +117,8 @@ class ChunkValues:
                 continue
             if table.infos[index] is None:
                 if value.tag in table.kinds:
-                    self.add_other(value, table.kinds[value.tag], event.step, path, problems)
+                    kind, content = table.kinds[value.tag], table.contents[index]
+                    self.add_other(value, kind, content, event.step, path, problems)
                 elif table.refuse_once(value.tag):
                     error = table.errors[value.tag]
                     problems.append(f"{path}: skipped the records of tag {value.tag!r}: {error}")
@@ -135,8 +139,19 @@ class ChunkValues:
             return
         self.scalars.append((value.tag, event.step, event.wall_time, number))
 
-    def add_other(self, value, kind: str | None, step: int, path: str, problems: list[str]):
-        """A value of a tag of this plugin that holds no numerics: the watch's is kept."""
+    def add_other(
+        self, value, kind: str | None, content: bytes, step: int, path: str, problems: list[str]
+    ) -> None:
+        """A value of a tag of this plugin that holds no numerics (``kind`` and ``content``
+        of its tag's plugin data): the watch's and the graph's are kept."""
+        if kind == GRAPH_KIND:
+            if value.HasField("metadata"):  # each graph value says its own version
+                content = value.metadata.plugin_data.content
+            found = read_graph_value(value.tensor, content, step)
+            self.graphs.append(found)
+            if found.problem is not None:
+                problems.append(f"{path}: skipped the graph record of step {step}: {found.problem}")
+            return
         if kind != NONFINITE_KIND:
             return
         try:
@@ -174,6 +189,7 @@ class ChunkValues:
             problems=problems,
             nonfinite=self.nonfinite,
             scalars=self.scalars,
+            graphs=self.graphs,
         )
 
 

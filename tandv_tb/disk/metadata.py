@@ -16,7 +16,8 @@ written as version 2, which every reader since reads.
 
 Readers take the name and tensor type from here, never by parsing the tag string. A tag
 of another kind (``"kind": "nonfinite"``, the non-finite watch's record, see
-``tandv_tb.disk.nonfinite_record``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
+``tandv_tb.disk.nonfinite_record``; ``"kind": "graph"``, the model's graph, see
+``tandv_tb.disk.graph_record``) is not a numerics tag: ``parse_plugin_metadata`` refuses it with
 ``NotNumerics``, which readers skip silently. The version says how each step's tensor is
 stored (see ``tandv_tb.disk.summary``): 1 as ``int64_val``, 2 (written since) as varint bytes,
 3 as 2 with a block formats section; this version reads all three, and refuses newer ones.
@@ -37,9 +38,11 @@ PLUGIN_NAME = "tandv"
 PLUGIN_DATA_VERSION = 3
 #: The version written for tags without block formats (readable by older tandv_tb).
 PLAIN_VERSION = 2
-#: ``kind`` of the numerics tags (also implied by no ``kind``) and of the watch's record.
+#: ``kind`` of the numerics tags (also implied by no ``kind``), of the watch's record and
+#: of the model's graph (``tandv_tb.disk.graph_record``).
 NUMERICS_KIND = "numerics"
 NONFINITE_KIND = "nonfinite"
+GRAPH_KIND = "graph"
 
 #: Stored dtypes, by code (the code is the index). Append-only: codes never change.
 DTYPE_CODES = (
@@ -222,6 +225,12 @@ def create_summary_metadata(
     }
     if block_formats:
         content["block_formats"] = list(block_formats)
+    return plugin_metadata(content)
+
+
+def plugin_metadata(content: dict) -> summary_pb2.SummaryMetadata:
+    """The ``SummaryMetadata`` of a tag of this plugin (``DATA_CLASS_TENSOR``), ``content``
+    as compact JSON: numerics tags and the records of other kinds alike."""
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(
             plugin_name=PLUGIN_NAME,
@@ -239,6 +248,31 @@ def _content_json(content: bytes) -> object:
         return json.loads(bytes(content).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: {error}") from None
+    except RecursionError:  # nested deeper than the parser goes: no metadata of ours
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: nested too deeply") from None
+
+
+def plugin_content(content: bytes) -> dict:
+    """A tag's plugin content as the JSON object it must be (``ValueError`` otherwise)."""
+    data = _content_json(content)
+    if not isinstance(data, dict):
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: not a JSON object")
+    return data
+
+
+def plugin_version(data: dict, newest: int, written: str) -> int:
+    """The ``version`` of a plugin content: ``ValueError`` for a malformed one,
+    ``UnsupportedVersion`` for one above ``newest`` (``written``: what was written,
+    "these numerics were")."""
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad version {version!r}")
+    if version > newest:
+        raise UnsupportedVersion(
+            f"{written} written with plugin data version {version}, but this tandv_tb "
+            f"reads versions up to {newest}: upgrade tandv_tb"
+        )
+    return version
 
 
 def plugin_kind(content: bytes) -> str | None:
@@ -257,20 +291,11 @@ def plugin_kind(content: bytes) -> str | None:
 def parse_plugin_metadata(content: bytes) -> TagInfo:
     """Decode ``plugin_data.content``; ``UnsupportedVersion`` for data of a newer version,
     ``NotNumerics`` for a tag of another kind, ``ValueError`` for anything malformed."""
-    data = _content_json(content)
-    if not isinstance(data, dict):
-        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: not a JSON object")
+    data = plugin_content(content)
     kind = data.get("kind", NUMERICS_KIND)
     if kind != NUMERICS_KIND:
         raise NotNumerics(f"a {PLUGIN_NAME} tag of kind {kind!r}, not numerics")
-    version = data.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError(f"malformed {PLUGIN_NAME} plugin metadata: bad version {version!r}")
-    if version > PLUGIN_DATA_VERSION:
-        raise UnsupportedVersion(
-            f"these numerics were written with plugin data version {version}, but this "
-            f"tandv_tb reads versions up to {PLUGIN_DATA_VERSION}: upgrade tandv_tb"
-        )
+    version = plugin_version(data, PLUGIN_DATA_VERSION, "these numerics were")
     for field, kind in _FIELDS.items():
         value = data.get(field)
         if not isinstance(value, kind) or isinstance(value, bool):

@@ -28,6 +28,7 @@ from tandv_tb.disk.metadata import (
     PLAIN_VERSION,
     PLUGIN_NAME,
     execution_phase,
+    plugin_metadata,
 )
 
 #: The tag of the watch's record (one per run).
@@ -84,17 +85,6 @@ def entries_from_stats(results: Iterable[tuple[str, str, object]]) -> list[Nonfi
     )
 
 
-def _metadata() -> summary_pb2.SummaryMetadata:
-    content = {"version": PLAIN_VERSION, "kind": NONFINITE_KIND}
-    return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(
-            plugin_name=PLUGIN_NAME,
-            content=json.dumps(content, separators=(",", ":")).encode("utf-8"),
-        ),
-        data_class=summary_pb2.DATA_CLASS_TENSOR,
-    )
-
-
 def _count(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"non-finite entry: {field!r} should be an int >= 0, got {value!r}")
@@ -125,7 +115,8 @@ def encode_nonfinite(entries: Iterable[NonfiniteEntry]) -> summary_pb2.Summary.V
         tensor_shape=tensor_shape_pb2.TensorShapeProto(),
         string_val=[payload],
     )
-    return summary_pb2.Summary.Value(tag=NONFINITE_TAG, metadata=_metadata(), tensor=tensor)
+    metadata = plugin_metadata({"version": PLAIN_VERSION, "kind": NONFINITE_KIND})
+    return summary_pb2.Summary.Value(tag=NONFINITE_TAG, metadata=metadata, tensor=tensor)
 
 
 def decode_nonfinite(tensor: tensor_pb2.TensorProto) -> list[NonfiniteEntry]:

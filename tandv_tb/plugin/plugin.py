@@ -3,7 +3,11 @@
 The store reads what TensorBoard reads: ``--logdir`` (a local folder or any fsspec URL) or
 every logdir of ``--logdir_spec`` (``tandv_tb.store.logdir``). Storage that cannot be read
 (denied, missing, unreachable) is answered as a JSON error naming the logdir and the
-reason (403, 404, 503; ``STORAGE_STATUS``), never a 500; the tab shows it.
+reason (403, 404, 503; ``STORAGE_STATUS``), never a 500; the tab shows it. So is a logdir
+whose filesystem cannot be made (no fsspec package for its protocol, a filesystem that
+refuses its options): the plugin loads all the same, to say so. A store that could be
+written nowhere (``database.StoreUnwritable``) is answered 503 too; one kept in a
+temporary place is said once in the ``runs`` route's ``notices``.
 
 A request reads what is new in the event files of the runs it reads once, first
 (``NumericsStore.refresh``); everything after reads the store as of then. Run routes are
@@ -25,7 +29,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tandv_tb.disk import metadata
-from tandv_tb.plugin import block_views, csv_views, findings_route, views
+from tandv_tb.plugin import block_views, csv_views, findings_route, graph_route, views
 from tandv_tb.plugin.listing import Listing, provider_tags, store_tags
 from tandv_tb.plugin.params import Params
 from tandv_tb.plugin.response_cache import ResponseCache
@@ -54,6 +58,7 @@ RUN_ROUTES = {
     "heatmap": views.heatmap,
     "series": views.series,
     "blocks": block_views.blocks,
+    "graph": graph_route.graph,
 }
 #: Routes without a run (or, for scalars, not bound to the numerics of a run).
 PLAIN_ROUTES = {
@@ -76,7 +81,8 @@ FINDINGS_ROUTE = "findings"
 UNCOMPRESSED_ROUTES = {"heatmap"}
 ES_MODULE_PATH = "/static/index.js"
 #: The status of a route whose logdir's storage failed, by ``StorageError.kind``.
-STORAGE_STATUS = {"denied": 403, "missing": 404, "unreachable": 503, "failed": 503}
+#: ``cache``: the plugin's own store could be written nowhere (``database.StoreUnwritable``).
+STORAGE_STATUS = {"denied": 403, "missing": 404, "unreachable": 503, "failed": 503, "cache": 503}
 
 
 class NumericsPlugin(base_plugin.TBPlugin):
@@ -90,15 +96,17 @@ class NumericsPlugin(base_plugin.TBPlugin):
         self._store: NumericsStore | None = None
         self._unavailable: StorageError | None = None  # why there is no store, if it failed
         self._last_storage_error = ""  # the last one written to TensorBoard's log
-        logdir = _logdir(context)
-        if self._provider and logdir is not None:
-            try:
+        try:
+            logdir = _logdir(context) if self._provider else None
+            if logdir is not None:
                 self._store = NumericsStore(
                     logdir, cache_dir, reader_process=_loads_here(self._provider)
                 )
-            except StorageError as error:  # e.g. no fsspec package for the URL's protocol
-                logger.warning("tandv_tb: %s", error)
-                self._unavailable = error
+        except StorageError as error:  # no fsspec package for the URL, a refusing filesystem
+            text = f"{error}; restart TensorBoard after mending it"
+            self._unavailable = StorageError(text, error.kind)
+            self._last_storage_error = text
+            logger.warning("tandv_tb: %s", text)
         self._listing = Listing(
             store_tags(self._store, self._provider)
             if self._store is not None

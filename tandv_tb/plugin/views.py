@@ -142,10 +142,12 @@ def runs(query: Query) -> dict:
             }
         )
     scalar_runs = query.scalars.runs(query.ctx, query.experiment_id)
+    notice = query.store.notice if query.store is not None else None
     return {
         "runs": listed,
         "scalar_runs": scalar_runs,
         "skipped": skipped,
+        "notices": [notice] if notice else [],
         "tensor_types": sorted(
             {t for run in listed for t in run["tensor_types"]}, key=metadata.tensor_type_key
         ),

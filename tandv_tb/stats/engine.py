@@ -2,9 +2,13 @@
 
 - Host arrays (numpy, torch CPU tensors, jax arrays on the CPU) go to the compiled CPU
   kernel (``_cpu_kernel``): there is no device, so results are ready at once.
-- Tensors on an accelerator and jax tracers (inside ``jax.jit``) go to the branch-free
-  array kernel (``_array_kernel``), which leaves its small result vectors on the device.
-  ``fetch`` brings all of them to the host in one transfer per library.
+- torch CUDA tensors go to the fused Triton kernels (``_triton_launch``) where ``triton``
+  imports, which leave one packed result vector per tensor on the device.
+- Other tensors on an accelerator and jax tracers (inside ``jax.jit``) go to the
+  branch-free array kernel (``_array_kernel``), which leaves its small result vectors on
+  the device. ``fetch`` brings all of them to the host in one transfer per library.
+
+``TANDV_TB_KERNEL`` (``_kernel_choice``) picks one kernel for every torch tensor instead.
 
 Torch, jax and numpy are imported only when a value of theirs is seen.
 """
@@ -18,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.stats import _xla_cpu
+from tandv_tb.stats import _kernel_choice, _xla_cpu
 from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats._cpu_kernel import compute_cpu
 from tandv_tb.stats.inputs import float_dtype_name, untrackable_reason
@@ -28,13 +32,17 @@ from tandv_tb.stats.tensor_stats import TensorStats
 @dataclasses.dataclass
 class Pending:
     """Statistics of one tensor: ``ready`` on the host, or ``counts``/``moments`` vectors
-    (``record.engine_layout``) still on the tensor's device, with no host sync yet."""
+    (``record.engine_layout``) still on the tensor's device, with no host sync yet, or
+    (the Triton kernels) both packed in one int64 vector at ``offset`` in ``packed``
+    (``_triton_launch.unpack``), which many tensors may share."""
 
     dtype: str
     formats: tuple[str, ...]
     ready: TensorStats | None = None
     counts: object = None
     moments: object = None
+    packed: object = None
+    offset: int = 0
 
 
 def compute(tensor: object, formats: Sequence[str] = (), *, threads: int | None = None) -> Pending:
@@ -86,9 +94,18 @@ def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None) -> Pen
 
     dtype = float_dtype_name(tensor.dtype)
     wide = torch.float64 if dtype == "float64" else torch.float32
+    kernel = _kernel_choice.torch_kernel(tensor, formats)
+    if kernel == "triton":  # reads the memory: no detached view needed
+        try:
+            return _compute_triton(tensor, dtype, formats)
+        except Exception as error:  # a GPU Triton cannot compile for, say: never a crash
+            _kernel_choice.failed(error)
+            kernel = "array"
     values = tensor.detach()
     row_length = _row_length(values)
-    if values.is_cpu:  # numpy reads it in place (a strided one is copied by compute_cpu)
+    if kernel == "cpu" and not values.is_cpu:
+        values = values.cpu()  # asked for: a sync
+    if kernel == "cpu":  # numpy reads it in place (a strided one is copied by compute_cpu)
         if dtype == "bfloat16":
             host = values.view(torch.int16).numpy().view(np.uint16)
         else:
@@ -98,6 +115,50 @@ def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None) -> Pen
     flat = values.reshape(-1).to(wide)
     counts, moments = compute_arrays(_torch_ops(), flat, dtype, formats, row_length)
     return Pending(dtype, formats, counts=counts, moments=moments)
+
+
+def _compute_triton(values, dtype: str, formats: tuple[str, ...]) -> Pending:
+    """The Triton kernels' launches for one tensor (two or three), into a slice of the
+    device's output arena (``_triton_runtime.Arena``: no allocation of its own)."""
+    launch = _kernel_choice.triton_launch()
+    packed, offset = launch.arena(values.device).take(launch.packed_length(dtype, formats))
+    launch.compute_into(values, formats, packed, offset)
+    return Pending(dtype, formats, packed=packed, offset=offset)
+
+
+def compute_many(tensors: Sequence, formats: Sequence[str] = ()) -> list[Pending]:
+    """``compute`` of many torch tensors (the weights, gradients and optimizer state read
+    at ``step()``): those the Triton kernels take, in a few launches per device and dtype
+    into one buffer per device; the others one by one."""
+    import torch
+
+    formats = fmt.check_formats(formats)
+    pending: list[Pending | None] = [None] * len(tensors)
+    fused: dict = {}
+    for i, tensor in enumerate(tensors):
+        fusable = isinstance(tensor, torch.Tensor) and untrackable_reason(tensor) is None
+        if fusable and _kernel_choice.torch_kernel(tensor, formats) == "triton":
+            fused.setdefault(tensor.device, []).append(i)
+        else:
+            pending[i] = compute(tensor, formats)
+    launch = _kernel_choice.triton_launch() if fused else None
+    for device, members in fused.items():
+        values = [tensors[i] for i in members]
+        offsets = launch.packed_offsets(values, formats)
+        packed, start = launch.arena(device).take(offsets[-1])
+        offsets = [start + offset for offset in offsets]
+        try:
+            launch.compute_many_into(values, formats, packed, offsets[:-1])
+        except Exception as error:  # as in ``_compute_torch``
+            _kernel_choice.failed(error)
+            for i in members:
+                pending[i] = compute(tensors[i], formats)
+            continue
+        for i, value, offset in zip(members, values, offsets):
+            pending[i] = Pending(
+                float_dtype_name(value.dtype), formats, packed=packed, offset=offset
+            )
+    return pending
 
 
 def _compute_jax(array, formats: tuple[str, ...], threads: int | None) -> Pending:
@@ -165,8 +226,8 @@ def _jax_ops() -> JaxOps:
 def fetch(pending: Sequence[Pending]) -> list[TensorStats]:
     """Bring many tensors' statistics to the host: one transfer per device library."""
     on_device = [p for p in pending if p.ready is None]
-    torch_items = [p for p in on_device if _library(p.counts) == "torch"]
-    jax_items = [p for p in on_device if _library(p.counts) == "jax"]
+    torch_items = [p for p in on_device if _library(_vector(p)) == "torch"]
+    jax_items = [p for p in on_device if _library(_vector(p)) == "jax"]
     host = {}
     if torch_items:
         host.update(zip(map(id, torch_items), _fetch_torch(torch_items)))
@@ -174,11 +235,15 @@ def fetch(pending: Sequence[Pending]) -> list[TensorStats]:
         import jax
 
         pairs = jax.device_get([(p.counts, p.moments) for p in jax_items])
-        host.update(zip(map(id, jax_items), pairs))
-    return [
-        p.ready if p.ready is not None else TensorStats.unpack(p.dtype, p.formats, *host[id(p)])
-        for p in pending
-    ]
+        host.update(
+            (id(p), TensorStats.unpack(p.dtype, p.formats, *pair))
+            for p, pair in zip(jax_items, pairs)
+        )
+    return [p.ready if p.ready is not None else host[id(p)] for p in pending]
+
+
+def _vector(pending: Pending) -> object:
+    return pending.counts if pending.packed is None else pending.packed
 
 
 def _library(value: object) -> str:
@@ -186,21 +251,49 @@ def _library(value: object) -> str:
     return "jax" if module in ("jax", "jaxlib") else module
 
 
-def _fetch_torch(pending: Sequence[Pending]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """One device-to-host copy per device for all torch results (moments as int64 bits)."""
+def _fetch_torch(pending: Sequence[Pending]) -> list[TensorStats]:
+    """One device-to-host copy per device for all torch results (moments as int64 bits;
+    a packed buffer that many tensors share is copied once)."""
     import torch
 
     result = {}
-    for device in {p.counts.device for p in pending}:
-        group = [(i, p) for i, p in enumerate(pending) if p.counts.device == device]
-        parts = []
-        for _, p in group:
-            parts += [p.counts.reshape(-1), p.moments.to(torch.float64).view(torch.int64)]
-        flat = torch.cat(parts).cpu().numpy()
+    for device in {_vector(p).device for p in pending}:
+        group = [(i, p) for i, p in enumerate(pending) if _vector(p).device == device]
+        parts, where = [], {}  # where: the index of a pending's (first) part in parts
+        used = _used_ranges(p for _, p in group if p.packed is not None)
+        for i, p in group:
+            key = i if p.packed is None else id(p.packed)
+            if key in where:
+                continue
+            where[key] = len(parts)
+            if p.packed is None:
+                parts += [p.counts.reshape(-1), p.moments.to(torch.float64).view(torch.int64)]
+            else:
+                start, end = used[id(p.packed)]
+                whole = start == 0 and end == p.packed.numel()
+                parts.append(p.packed if whole else p.packed[start:end])
+        flat = (parts[0] if len(parts) == 1 else torch.cat(parts)).cpu().numpy()
         pieces = np.split(flat, np.cumsum([part.numel() for part in parts])[:-1])
-        for k, (i, _) in enumerate(group):
-            result[i] = (pieces[2 * k], pieces[2 * k + 1].view(np.float64))
+        for i, p in group:
+            if p.packed is None:
+                at = where[i]
+                counts, moments = pieces[at], pieces[at + 1].view(np.float64)
+                result[i] = TensorStats.unpack(p.dtype, p.formats, counts, moments)
+            else:
+                packed = pieces[where[id(p.packed)]][p.offset - used[id(p.packed)][0] :]
+                result[i] = _kernel_choice.triton_launch().unpack(p.dtype, p.formats, packed)
     return [result[i] for i in range(len(pending))]
+
+
+def _used_ranges(pending) -> dict[int, tuple[int, int]]:
+    """Per packed buffer (by id), the range its pending results use."""
+    launch = _kernel_choice.triton_launch()
+    used: dict[int, tuple[int, int]] = {}
+    for p in pending:
+        end = p.offset + launch.packed_length(p.dtype, p.formats)
+        start, stop = used.get(id(p.packed), (p.offset, end))
+        used[id(p.packed)] = (min(start, p.offset), max(stop, end))
+    return used
 
 
 def tensor_stats(tensor: object, formats: Sequence[str] = ()) -> TensorStats:

@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from tandv_tb.storage.fsspec_packages import missing_package
 from tandv_tb.storage.ranges import ByteSource, LocalBytes, gather_ranges
 
 #: A URL as TensorBoard tells one from a path (``data_ingester._parse_event_files_spec``).
@@ -398,13 +399,10 @@ def filesystem(url: str):
     try:
         return fsspec.core.url_to_fs(url, **options)
     except ImportError as error:  # the protocol's package is not installed
-        raise StorageError(
-            f"cannot read {public_url(url)}: {error} (pip install 'tandv_tb[{protocol}]' or "
-            "the fsspec package for it)",
-            "failed",
-        ) from None
-    except (ValueError, TypeError) as error:
-        raise StorageError(f"cannot read {public_url(url)}: {error}", "failed") from None
+        what = missing_package(protocol, error)
+        raise StorageError(f"cannot read {public_url(url)}: {what}", "failed") from None
+    except Exception as error:  # the filesystem refused to be made (an option too new, ...)
+        raise storage_error(url, error) from None
 
 
 def _endpoint(url: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Iterator
 from typing import Protocol
@@ -221,6 +222,7 @@ def _decode(run_id: int, file_id: int, first_seq: int, chunk: Chunk, table: TagT
         "blocks": blocks,
         "block_scales": block_scales,
         "nonfinite": _nonfinite_rows(run_id, file_id, chunk),
+        "graphs": _graph_rows(run_id, file_id, chunk),
         "scalars": _scalar_rows(run_id, file_id, first_seq, chunk),
     }
     assert set(found) == set(FILE_ROWS), "a table of rows from a file is not filled here"
@@ -340,6 +342,24 @@ def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> Columns | None:
         "nan": np.array(nan, dtype=np.int64),
         "posinf": np.array(posinf, dtype=np.int64),
         "neginf": np.array(neginf, dtype=np.int64),
+    }
+
+
+def _graph_rows(run_id: int, file_id: int, chunk: Chunk) -> Columns | None:
+    """The graph records of a chunk, each its graph as JSON or its problem."""
+    if not chunk.graphs:
+        return None
+    n = len(chunk.graphs)
+    return {
+        "run_id": np.full(n, run_id, dtype=np.int32),
+        "file_id": np.full(n, file_id, dtype=np.int32),
+        "step": np.array([g.step for g in chunk.graphs], dtype=np.int64),
+        "piece_end": np.full(n, chunk.end, dtype=np.int64),
+        "position": np.arange(n, dtype=np.int32),
+        "graph": _objects(
+            [None if g.graph is None else json.dumps(g.graph.to_json()) for g in chunk.graphs]
+        ),
+        "problem": _objects([g.problem for g in chunk.graphs]),
     }
 
 

@@ -306,6 +306,24 @@ class Reader:
             )
         return [NonfiniteStep(run, step, tuple(entries)) for step, entries in found.items()]
 
+    def graph(self, run: str) -> tuple[tuple[int, str] | None, list[tuple[int, str]]]:
+        """The run's last readable graph record (step, graph as JSON), or None; and every
+        record that could not be read (step, why), in the order written."""
+        order = "ORDER BY g.step {0}, f.name {0}, g.piece_end {0}, g.position {0}"
+        cursor = self._cursor()
+        run_id = self._run_ids.find(run)
+        latest = cursor.execute(
+            "SELECT g.step, g.graph FROM graphs g JOIN files f USING (file_id) "
+            f"WHERE g.run_id = ? AND g.graph IS NOT NULL {order.format('DESC')} LIMIT 1",
+            [run_id],
+        ).fetchone()
+        problems = cursor.execute(
+            "SELECT g.step, g.problem FROM graphs g JOIN files f USING (file_id) "
+            f"WHERE g.run_id = ? AND g.graph IS NULL {order.format('')}",
+            [run_id],
+        ).fetchall()
+        return latest, problems
+
     def scalars(self, run: str, tags: list[str] | None = None) -> dict[str, ScalarSeries]:
         """``{tag: ScalarSeries}`` of the run's TensorBoard scalars (only ``tags``, where
         given), by tag; of two values at one step the later written stays."""

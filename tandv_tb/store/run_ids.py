@@ -1,6 +1,6 @@
 """Each run's id in the store: the one place a run's name becomes the ``run_id`` that
-every table is keyed by. A run keeps its id for the store's life (the ``runs`` table
-never drops one), so an id once found is kept."""
+every table is keyed by. A run keeps its id for the database's life (the ``runs`` table
+never drops one), so an id once found is kept until the store moves to another database."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ class RunIds:
                 return NO_RUN
             found = self._ids[run] = row[0]
         return found
+
+    def forget(self) -> None:
+        """Drop the ids found: the store moved to another database (``Database.move``)."""
+        with self._lock:
+            self._ids.clear()
 
     def add(self, cursor, run: str) -> int:
         """The run's id, given now (through ``cursor``, the writer's) if it has none."""

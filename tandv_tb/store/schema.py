@@ -15,7 +15,9 @@
   (``total_blocks``) and the error's sums), one row per record and block format
   (``format_index`` in the tag's ``block_formats``); ``block_scales``: their blocks per
   scale exponent, a row per non-empty exponent; ``nonfinite``: the watch's entries;
-  ``scalars``: TensorBoard's scalars (the loss).
+  ``scalars``: TensorBoard's scalars (the loss); ``graphs``: the model's graph records
+  (``tandv_tb.disk.graph_record``), each its graph as JSON or why it could not be read,
+  placed in its file by the end of the piece read (``piece_end``) and its place in it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat
 
 #: Bump when the tables or their stored order change: a store of another version is
 #: rebuilt, never misread.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: The SQL types of the columns a format holds per record (``Format.columns``): counts but
 #: these.
@@ -83,6 +85,15 @@ TABLES: dict[str, tuple[str, ...]] = {
         "nan BIGINT",
         "posinf BIGINT",
         "neginf BIGINT",
+    ),
+    "graphs": (
+        "run_id INTEGER",
+        "file_id INTEGER",
+        "step BIGINT",
+        "piece_end BIGINT",
+        "position INTEGER",
+        "graph VARCHAR",
+        "problem VARCHAR",
     ),
     "scalars": (
         "run_id INTEGER",

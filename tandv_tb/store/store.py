@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -74,7 +75,6 @@ class NumericsStore:
         self._logdir = logdir if isinstance(logdir, Logdir) else Logdir.of(logdir)
         self.logdir = self._logdir.root
         self._database = Database(self._logdir.key, cache_dir)
-        self.path = self._database.path
         run_ids = RunIds(self._database)
         self._reader_process = ReaderProcess() if reader_process else None
         self._updates = Updates(
@@ -83,6 +83,17 @@ class NumericsStore:
         self._reader = Reader(self._database, run_ids, self._logdir)
         self._held = HeldColumns(self._reader)
         self._first_tags: dict[str, dict[str, tuple[bytes, int]]] = {}
+
+    @property
+    def path(self) -> Path | None:
+        """The database's file (None: in memory; ``database.Database``)."""
+        return self._database.path
+
+    @property
+    def notice(self) -> str | None:
+        """Why the store is not in ``cache_dir`` but in a temporary place, for the tab
+        (said in the log too); None where it is there."""
+        return self._database.notice
 
     def close(self) -> None:
         """Close the store (after a background build has stopped at its next transaction);
@@ -244,6 +255,11 @@ class NumericsStore:
     def nonfinite(self, run: str) -> list[NonfiniteStep]:
         """The watch's records of a run, by step, entries in execution order."""
         return self._reader.nonfinite(run)
+
+    def graph(self, run: str) -> tuple[tuple[int, str] | None, list[tuple[int, str]]]:
+        """The run's graph: its last readable record (step, graph as JSON) or None, and
+        the records that could not be read (step, why)."""
+        return self._reader.graph(run)
 
     def scalar_series(self, run: str, tags: list[str] | None = None) -> dict[str, ScalarSeries]:
         """The run's TensorBoard scalars (only ``tags``, where given), every stored step."""

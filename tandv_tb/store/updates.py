@@ -53,28 +53,29 @@ class Updates:
         self._checked: dict[str, float] = {}  # run -> when it was last read to its end
         self.tables: dict[str, TagTable] = {}  # run -> its tags as read
         self.versions: dict[str, int] = {}
+        self._version_base = 0  # above every version of a database the store moved from
         self.failures: dict[str, StorageError] = {}  # run -> why its last read failed
         self.listing_failure: StorageError | None = None  # why the build could not list
 
     def refresh(self, run: str) -> int:
         """Read what is new in the run's files (unless that was done less than
         ``refresh_secs`` ago); the run's version. ``StorageError`` where the run's storage
-        cannot be read and nothing of the run was read in this process (otherwise what was
-        read is served, and the failure logged)."""
+        cannot be read, or the store cannot be written (``database.StoreUnwritable``), and
+        nothing of the run was stored (otherwise what was stored is served, and the failure
+        logged)."""
         now = time.monotonic()
         last = self._checked.get(run)
-        if last is not None and now - last < self._refresh_secs:
-            return self.versions.get(run, 0)
-        with self._waiting_lock:
-            self._waiting += 1
-        try:
-            with self._write_lock:
-                if self._checked.get(run) == last:
-                    self._update_logged(run)
-                    self._checked[run] = time.monotonic()
-        finally:
+        if last is None or now - last >= self._refresh_secs:
             with self._waiting_lock:
-                self._waiting -= 1
+                self._waiting += 1
+            try:
+                with self._write_lock:
+                    if self._checked.get(run) == last:
+                        self._update_logged(run)
+                        self._checked[run] = time.monotonic()
+            finally:
+                with self._waiting_lock:
+                    self._waiting -= 1
         failure = self.failures.get(run)
         if failure is not None and run not in self.versions:
             raise failure
@@ -156,11 +157,27 @@ class Updates:
                 cursor.execute("ROLLBACK")
             return True
         except (duckdb.Error, OSError) as error:
-            logger.warning("tandv_tb: could not update run %r in the store: %s", run, error)
             self.tables.pop(run, None)  # reloaded from what was committed
             with contextlib.suppress(duckdb.Error):
                 cursor.execute("ROLLBACK")
-            return True
+            if not self._database.cannot_write(error):
+                logger.warning("tandv_tb: could not update run %r in the store: %s", run, error)
+                return True
+            if not self._database.move(error):  # said in the log, once
+                self.failures[run] = self._database.unwritable()
+                return True
+            self._moved()
+            return self._update_logged(run, pause)
+
+    def _moved(self) -> None:
+        """The store moved to another database (``Database.move``), perhaps an empty one:
+        every run is read again, under versions none had before (what was kept of a
+        version is not that database's)."""
+        self._version_base = max(self.versions.values(), default=self._version_base) + 1
+        self.versions = {}
+        self.tables.clear()
+        self._checked.clear()
+        self._run_ids.forget()
 
     def _update(self, cursor, run: str, pause: Callable[[], bool] | None) -> bool:
         run_id = self._run_ids.add(cursor, run)
@@ -171,5 +188,5 @@ class Updates:
             cursor, files, run_id, self.tables[run], pause, self._reading
         )
         if changed or run not in self.versions:
-            self.versions[run] = self.versions.get(run, 0) + 1
+            self.versions[run] = self.versions.get(run, self._version_base) + 1
         return finished

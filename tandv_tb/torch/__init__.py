@@ -6,9 +6,11 @@ their gradients), ``attaching`` (any tensor in a forward), ``compiled`` (what
 ``torch.compile`` needs: the operator the hooks put into its graphs, the rule for what a
 step does with a tensor, when compiled code is dropped), ``parameters`` (weights, weight
 gradients, optimizer state), ``recorder`` (statistics started on the tensor's device),
-``memo`` (a tensor seen twice in a step), ``distributed`` (combining ranks), ``watch``
-(NaN/Inf on every step), ``naming`` and ``skips``. What the JAX tracker shares is in
-``tandv_tb.tracking``.
+``memo`` (a tensor seen twice in a step), ``ranks`` (the distributed side of a tracker:
+how tensors lie over the ranks, ``parallel_layout``; combining them, ``distributed``;
+per-rank runs, ``rank_runs``), ``pipeline_stage`` (a pipeline stage tracked as part of
+the whole model), ``watch`` (NaN/Inf on every step), ``naming`` and ``skips``. What the
+JAX tracker shares is in ``tandv_tb.tracking``.
 """
 
 from tandv_tb.torch.attaching import attach

@@ -38,6 +38,7 @@ from torch import nn
 
 from tandv_tb.torch import naming
 from tandv_tb.torch.options import TorchOptions
+from tandv_tb.torch.parallel_layout import Spread
 from tandv_tb.torch.parameters import Named, Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.watch import Watch
@@ -184,17 +185,25 @@ class StepTensors:
         """Whether this step's tensors are recorded (a tracked step)."""
         return self._active()
 
+    def spread(self, name: str, tensor: torch.Tensor) -> Spread:
+        """How this rank's values of a module's output or input stand to the other ranks'
+        (``ParallelLayout.of_data``); its gradient's are the same."""
+        return self._recorder.layout.of_data(name, tensor)
+
     def take(
         self, name: str, tensor_type: str, module_type: str, order: int, tensor: torch.Tensor,
-        *, reuse: bool = True,
+        *, spread: Spread | None = None, reuse: bool = True,
     ) -> None:  # fmt: skip
-        """Record ``tensor`` or check it, by the rule (``reuse``: ``Recorder.record``)."""
+        """Record ``tensor`` or check it, by the rule (``spread`` and ``reuse``:
+        ``Recorder.record``)."""
         if tensor_type in _FORWARD_TYPES and recomputing():
             return
         if self._active():
-            self._recorder.record(name, tensor_type, module_type, order, tensor, reuse=reuse)
+            self._recorder.record(
+                name, tensor_type, module_type, order, tensor, spread=spread, reuse=reuse
+            )
         elif self._watch is not None:
-            self._watch.check(name, tensor_type, tensor, reuse=reuse)
+            self._watch.check(name, tensor_type, tensor, spread, reuse=reuse)
 
     def take_parameters(
         self, parameters: Parameters, tensors: Iterable[Named], *, unchanged: bool = False
@@ -204,9 +213,9 @@ class StepTensors:
         if self._active():
             parameters.record(self._recorder, tensors)
         elif self._watch is not None:
+            spread = self._recorder.layout.of_parameter
             self._watch.check_all(
-                ((p.name, tensor_type, tensor) for p, tensor_type, tensor in tensors),
-                combined=parameters.combined,
+                ((p.name, kind, tensor, spread(p.name, tensor)) for p, kind, tensor in tensors),
                 unchanged=unchanged,
             )
 

@@ -23,13 +23,22 @@ quantization error, whose ranges differ from rank to rank: where they are record
 ranks' ``BlockCounts`` travel in one more collective (``all_gather_object``) and rank 0
 merges them in rank order (``BlockCounts.merge``, exact: counts add, the error sums are
 rescaled to the larger exponent).
+
+Which ranks' values count is decided where they are recorded (``parallel_layout``): a
+replica that another rank counts is not recorded, so the sums count each logical tensor
+once. A tensor whose layout cannot be told travels under a key of its own rank and reaches
+rank 0 as that rank's (``per_rank``). A tensor held whole by rank 0 alone (``WHOLE``) does
+not travel; one held whole by another rank (a later pipeline stage's weights) does.
+
+A collective that fails (a rank died: gloo says so at once) raises ``RanksLost``; the
+tracker then stops combining, so that training goes on as it would without it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -39,9 +48,36 @@ from tandv_tb import formats as fmt
 from tandv_tb.disk.record import COUNTS
 from tandv_tb.stats import TensorStats
 from tandv_tb.stats.tensor_stats import MOMENTS
+from tandv_tb.torch.parallel_layout import Spread
 from tandv_tb.tracking.step_buffer import Entry
 
 _SLOT = 1 + len(MOMENTS)  # finite count, then the moments
+
+#: Orders of a pipeline stage's tensors start at its index times this, so that stages sort
+#: as in the whole model.
+STAGE_ORDERS = 1 << 20
+
+#: A layout key: name, tensor type, and the rank whose own values it holds (None: merged).
+Key = tuple[str, str, "int | None"]
+
+#: What a rank's step gives the writing rank: the merged records, and each rank's own
+#: records of the tensors whose layout cannot be told, as (rank, entry, statistics).
+Combined = tuple[list[tuple[Entry, TensorStats]], list[tuple[int, Entry, TensorStats]]]
+
+
+class RanksLost(RuntimeError):
+    """A collective of the tracker failed: some rank is gone."""
+
+
+def collectively(call, *args, **kwargs):
+    """``call(*args, **kwargs)``, a collective; ``RanksLost`` where it fails."""
+    try:
+        return call(*args, **kwargs)
+    except RuntimeError as error:  # gloo, NCCL: a peer closed its connection, a timeout
+        raise RanksLost(
+            "combining the ranks' statistics failed, a rank is gone "
+            f"({type(error).__name__}: {error}); this tracker stops, what it wrote is kept"
+        ) from error
 
 
 def is_distributed() -> bool:
@@ -70,30 +106,44 @@ class Place:
 
 
 class RankCombiner:
-    """Combines every rank's statistics of the same tracked tensors on rank 0."""
+    """Combines every rank's statistics of the same tracked tensors on rank 0.
 
-    def __init__(self, formats: tuple[str, ...], group: dist.ProcessGroup | None = None) -> None:
+    ``position``: the pipeline stage this rank runs (its tensors' orders come after the
+    earlier stages'), 0 without pipeline parallelism.
+    """
+
+    def __init__(
+        self,
+        formats: tuple[str, ...],
+        group: dist.ProcessGroup | None = None,
+        position: int = 0,
+    ) -> None:
         self.formats = formats
         self._block_formats = fmt.split_formats(formats)[1]
         self.group = group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        self._offset = position * STAGE_ORDERS
         nccl = "nccl" in str(dist.get_backend(group))
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
-        self._layout: dict[tuple[str, str], Place] = {}
+        self._layout: dict[Key, Place] = {}
         #: Whether some rank's tensors held NaN/Inf at the last ``combine`` (on every rank).
         self.nonfinite = False
 
     def combine(
-        self, entries: Sequence[Entry], parts: Sequence[TensorStats]
-    ) -> list[tuple[Entry, TensorStats]]:
-        """Each tracked tensor's statistics over all ranks (on rank 0; ``[]`` elsewhere).
+        self, results: Sequence[tuple[Entry, TensorStats]], tensor_parallel: bool = False
+    ) -> Combined:
+        """Each tracked tensor's statistics over all ranks (on rank 0; nothing elsewhere).
 
-        Every rank calls this at the same steps (``tracker.step()`` on every rank).
+        ``tensor_parallel``: whether the model computes with DTensors, where an ``UNTOLD``
+        tensor is recorded per rank (``ParallelLayout.tensor_parallel``). Every rank calls
+        this at the same steps (``tracker.step()`` on every rank).
         """
-        local = {(e.name, e.tensor_type): (e, s) for e, s in zip(entries, parts)}
+        apart = {Spread.UNTOLD} if tensor_parallel else set()
+        kept = [(self._placed(e), s) for e, s in results if self._kept(e)]
+        local = {self._key(e, apart): (e, s) for e, s in results if not self._kept(e)}
         if not self._layout:  # the first call, on every rank alike
-            self._extend(local.values())
+            self._extend(local)
         packed, unknown = self._pack(local)
         total = self._all_reduce(packed)
         if total[0] > 0:  # some rank tracked a tensor the layout lacks
@@ -103,19 +153,35 @@ class RankCombiner:
         self.nonfinite = self._any_nonfinite(total)
         blocks = self._gather_blocks(local) if self._block_formats else {}
         if self.rank != 0:
-            return []
-        combined = self._unpack(total)
-        for entry, stats in combined:
-            stats.blocks = blocks.get((entry.name, entry.tensor_type), {})
-        return combined
+            return [], []
+        merged, per_rank = kept, []
+        for key, entry, stats in self._unpack(total):
+            stats.blocks = blocks.get(key, {})
+            if key[2] is None:
+                merged.append((entry, stats))
+            else:
+                per_rank.append((key[2], entry, stats))
+        return merged, per_rank
 
-    def _gather_blocks(self, local: dict) -> dict[tuple[str, str], dict]:
+    def _kept(self, entry: Entry) -> bool:
+        """Whether ``entry`` stays here: held whole by rank 0, which writes."""
+        return entry.spread is Spread.WHOLE and self.rank == 0
+
+    def _key(self, entry: Entry, apart: set[Spread]) -> Key:
+        """Where ``entry`` travels: merged, or as this rank's own (``apart``)."""
+        return (entry.name, entry.tensor_type, self.rank if entry.spread in apart else None)
+
+    def _placed(self, entry: Entry) -> Entry:
+        """``entry`` ordered among the pipeline stages."""
+        return dataclasses.replace(entry, order=entry.order + self._offset)
+
+    def _gather_blocks(self, local: dict) -> dict[Key, dict]:
         """Every tensor's block-format counts merged over the ranks that hold it, in rank
         order (on rank 0; every rank takes part)."""
         mine = {key: stats.blocks for key, (_, stats) in local.items() if stats.blocks}
         gathered: list = [None] * self.world
-        dist.all_gather_object(gathered, mine, group=self.group)
-        merged: dict[tuple[str, str], dict] = {}
+        collectively(dist.all_gather_object, gathered, mine, group=self.group)
+        merged: dict[Key, dict] = {}
         for rank_blocks in gathered:
             for key, blocks in rank_blocks.items():
                 known = merged.get(key)
@@ -137,13 +203,13 @@ class RankCombiner:
         tensor = torch.from_numpy(packed)
         if self.device is not None:
             tensor = tensor.to(self.device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group)
+        collectively(dist.all_reduce, tensor, op=dist.ReduceOp.SUM, group=self.group)
         return tensor.cpu().numpy()
 
     def _head_length(self, place: Place) -> int:
         return 1 + len(COUNTS) + place.n_bins + 2 * len(self.formats)
 
-    def _pack(self, local: dict) -> tuple[np.ndarray, list]:
+    def _pack(self, local: dict[Key, tuple]) -> tuple[np.ndarray, dict]:
         """The packed vector in the agreed layout, and the local tensors it cannot hold."""
         places = list(self._layout.values())
         heads = [np.zeros(self._head_length(p)) for p in places]
@@ -162,37 +228,37 @@ class RankCombiner:
             head[lo : lo + len(s.hist)] = s.hist
             head[len(head) - 2 * len(self.formats) :] = np.concatenate([s.underflow, s.overflow])
             slots[self.rank, i] = [s.finite_count, *(s.moments[name] for name in MOMENTS)]
-        unknown = [found for key, found in local.items() if key not in seen]
+        unknown = {key: found for key, found in local.items() if key not in seen}
         packed = np.concatenate([[float(len(unknown))], *heads, slots.ravel()])
         return packed, unknown
 
-    def _extend(self, unknown: Iterable[tuple[Entry, TensorStats]]) -> None:
+    def _extend(self, unknown: dict[Key, tuple[Entry, TensorStats]]) -> None:
         """Every rank's unknown tensors into the layout, in the same order on all ranks."""
         described = [
-            (e.name, e.tensor_type, e.module_type, e.order, s.dtype, s.hist_lo, len(s.hist))
-            for e, s in unknown
+            (key, e.module_type, e.order + self._offset, s.dtype, s.hist_lo, len(s.hist))
+            for key, (e, s) in unknown.items()
         ]
         gathered: list = [None] * self.world
-        dist.all_gather_object(gathered, described, group=self.group)
+        collectively(dist.all_gather_object, gathered, described, group=self.group)
         for rank_unknown in gathered:
-            for name, tensor_type, module_type, order, dtype, hist_lo, n_bins in rank_unknown:
-                place = self._layout.get((name, tensor_type))
+            for key, module_type, order, dtype, hist_lo, n_bins in rank_unknown:
+                place = self._layout.get(key)
                 if place is None:
-                    entry = Entry(name, tensor_type, module_type, order)
-                    self._layout[name, tensor_type] = Place(entry, dtype, hist_lo, n_bins)
+                    entry = Entry(key[0], key[1], module_type, order)
+                    self._layout[key] = Place(entry, dtype, hist_lo, n_bins)
                 else:
                     place.widen(dtype, hist_lo, n_bins)
 
-    def _unpack(self, total: np.ndarray) -> list[tuple[Entry, TensorStats]]:
+    def _unpack(self, total: np.ndarray) -> list[tuple[Key, Entry, TensorStats]]:
         places = list(self._layout.values())
         slots = total[len(total) - self.world * len(places) * _SLOT :]
         slots = slots.reshape(self.world, len(places), _SLOT)
         combined, start = [], 1
-        for i, place in enumerate(places):
+        for i, (key, place) in enumerate(self._layout.items()):
             head = np.rint(total[start : start + self._head_length(place)]).astype(np.int64)
             start += len(head)
             if head[0] > 0:
-                combined.append((place.entry, self._stats(place, head[1:], slots[:, i])))
+                combined.append((key, place.entry, self._stats(place, head[1:], slots[:, i])))
         return combined
 
     def _stats(self, place: Place, counts: np.ndarray, rows: np.ndarray) -> TensorStats:

@@ -24,6 +24,8 @@ from torch import nn
 from tandv_tb.torch import compiled, naming
 from tandv_tb.torch.compiled import StepTensors
 from tandv_tb.torch.options import TorchOptions
+from tandv_tb.torch.parallel_layout import Spread
+from tandv_tb.torch.pipeline_stage import WHOLE_MODEL, Stage
 from tandv_tb.tracking.orders import Orders
 
 
@@ -42,11 +44,19 @@ class HookHandles:
     not taken), placed in the model's order on a tracked step. ``receiver_key`` names the
     tracker's receiver in compiled graphs (``compiled``), and ``emitting`` says whether
     compiled hooks hand tensors to it this step (``StepTensors.taking``). Dynamo guards on
-    it, so its two values are at most two variants of a compiled graph.
+    it, so its two values are at most two variants of a compiled graph. ``stage`` is the
+    pipeline stage the root module is (``pipeline_stage``): its root's output (or input) is
+    the model's on the last (first) stage alone, and its module runs on stand-in tensors
+    while it is ``inferring``.
     """
 
     def __init__(
-        self, root: nn.Module, tensors: StepTensors, options: TorchOptions, orders: Orders
+        self,
+        root: nn.Module,
+        tensors: StepTensors,
+        options: TorchOptions,
+        orders: Orders,
+        stage: Stage = WHOLE_MODEL,
     ) -> None:
         self._handles: list = []
         self._leaf_handles: list = []
@@ -58,10 +68,11 @@ class HookHandles:
         self._orders = orders
         self.receiver_key = 0
         self.emitting = True
+        self._stage = stage
         label = self._root_name = naming.root_name(root)
         modules = [(path or label, module) for path, module in naming.named_modules(root)]
         self._paths = {name for name, _ in modules}
-        for name, module in modules:
+        for name, module in modules if self._hooks_root(stage) else modules[1:]:
             handle = self._hook(name, naming.module_type(module), module)
             if handle is not None:
                 self._handles.append(handle)
@@ -69,6 +80,15 @@ class HookHandles:
     def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
         """Put this set's hook on ``module``; its handle (None for no hook)."""
         raise NotImplementedError
+
+    def _hooks_root(self, stage: Stage) -> bool:
+        """Whether the root module's tensors of this set are the model's."""
+        raise NotImplementedError
+
+    def _passed_over(self, module: nn.Module) -> bool:
+        """Whether a call of ``module`` is not taken: a module in eval mode (with
+        ``only_training``), or the stage inferring its shapes."""
+        return (self._only_training and not module.training) or self._stage.inferring()
 
     def _hook_gradient(self, tensor: torch.Tensor, hook: Callable) -> None:
         """Call ``hook`` with ``tensor``'s gradient (this step only, for a leaf tensor)."""
@@ -81,9 +101,15 @@ class HookHandles:
         return _selected_in_graph(self._selected, name)
 
     def _take_gradient(
-        self, name: str, tensor_type: str, module_type: str, order: int, grad: torch.Tensor
+        self,
+        name: str,
+        tensor_type: str,
+        module_type: str,
+        order: int,
+        spread: Spread,
+        grad: torch.Tensor,
     ) -> None:
-        self._tensors.take(name, tensor_type, module_type, order, grad)
+        self._tensors.take(name, tensor_type, module_type, order, grad, spread=spread)
 
     def _observe(self, name: str, tensor_type: str, module_type: str, tensor) -> None:
         """Inside a traced graph: hand ``tensor`` to the tracker, and its gradient (over all
@@ -116,6 +142,9 @@ class HookHandles:
 class ModuleHooks(HookHandles):
     """Forward hooks on every module of a model; ``remove`` takes them all off."""
 
+    def _hooks_root(self, stage: Stage) -> bool:
+        return stage.last
+
     def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
         if not (self._options.track_activations or self._gradients):
             return None
@@ -124,7 +153,7 @@ class ModuleHooks(HookHandles):
 
     def record_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
         """Take ``tensor`` as a module output now (``attach``, eagerly)."""
-        if self._tensors.taking():
+        if self._tensors.taking() and not self._stage.inferring():
             self._take_output(name, module_type, tensor)
 
     def trace_tensor(self, name: str, module_type: str, tensor: torch.Tensor) -> None:
@@ -136,7 +165,7 @@ class ModuleHooks(HookHandles):
     def _on_forward(
         self, name: str, module_type: str, module: nn.Module, args: object, output: object
     ) -> object:
-        if self._only_training and not module.training:
+        if self._passed_over(module):
             return None
         if torch.compiler.is_compiling():
             return self._trace_output(name, module_type, output) if self.emitting else None
@@ -189,10 +218,13 @@ class ModuleHooks(HookHandles):
             if not self._selected(leaf):
                 continue
             order = self._orders.module(leaf) if recording else 0
+            spread = self._tensors.spread(leaf, tensor)  # its gradient's too
             if self._options.track_activations:
-                self._tensors.take(leaf, "Activation", module_type, order, tensor)
+                self._tensors.take(leaf, "Activation", module_type, order, tensor, spread=spread)
             if self._gradients and tensor.requires_grad:
-                hook = functools.partial(self._take_gradient, leaf, "Gradient", module_type, order)
+                hook = functools.partial(
+                    self._take_gradient, leaf, "Gradient", module_type, order, spread
+                )
                 self._hook_gradient(tensor, hook)
 
     def _output_tensors(self, name: str, output: object) -> list[tuple[str, torch.Tensor]]:

@@ -25,10 +25,14 @@ from torch import nn
 
 from tandv_tb.torch import naming
 from tandv_tb.torch.hooks import HookHandles
+from tandv_tb.torch.pipeline_stage import Stage
 
 
 class InputHooks(HookHandles):
     """Forward pre-hooks on every module of a model; ``remove`` takes them all off."""
+
+    def _hooks_root(self, stage: Stage) -> bool:
+        return stage.first
 
     def _hook(self, name: str, module_type: str, module: nn.Module) -> object:
         hook = functools.partial(self._on_input, name, module_type)
@@ -37,7 +41,7 @@ class InputHooks(HookHandles):
     def _on_input(
         self, name: str, module_type: str, module: nn.Module, args: tuple, kwargs: dict
     ) -> None:
-        if self._only_training and not module.training:
+        if self._passed_over(module):
             return
         if torch.compiler.is_compiling():
             if self.emitting:
@@ -62,8 +66,10 @@ class InputHooks(HookHandles):
         recording = self._tensors.recording()
         for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected):
             order = self._orders.module(("Input", leaf)) if recording else 0
-            self._tensors.take(leaf, "Input", module_type, order, tensor)
+            spread = self._tensors.spread(leaf, tensor)  # its gradient's too
+            self._tensors.take(leaf, "Input", module_type, order, tensor, spread=spread)
             if self._gradients and tensor.requires_grad:
-                gradient = "Input_Gradient"
-                hook = functools.partial(self._take_gradient, leaf, gradient, module_type, order)
+                hook = functools.partial(
+                    self._take_gradient, leaf, "Input_Gradient", module_type, order, spread
+                )
                 self._hook_gradient(tensor, hook)

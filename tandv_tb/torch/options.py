@@ -20,6 +20,8 @@ class TorchOptions(TrackOptions):
     only_training: bool
     per_rank: bool
     process_group: object
+    layouts: object
+    mesh: object
 
     def __post_init__(self) -> None:
         optimizer = self.optimizer

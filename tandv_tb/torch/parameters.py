@@ -53,14 +53,19 @@ class Parameters:
         self._optimizer = optimizer
         #: Whether ranks hold different parts of the parameters (FSDP1's flat parameters;
         #: a DTensor tells for itself).
-        self.combined = _is_fsdp1(root)
+        self.flat = _is_fsdp1(root)
+
+    def every(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every parameter, the model's and the optimizer's, by name."""
+        yield from ((p.name, p.parameter) for p in self._named)
+        if self._optimizer is not None:
+            yield from ((p.name, p.parameter) for p in self._optimizer_parameters())
 
     def record(self, recorder: Recorder, tensors: Iterator[Named]) -> None:
         """Record ``tensors`` (from ``gradients`` or ``weights_and_state``)."""
         for p, tensor_type, tensor in tensors:
-            recorder.record(
-                p.name, tensor_type, p.module_type, p.order, tensor, combined=self.combined
-            )
+            spread = recorder.layout.of_parameter(p.name, tensor)
+            recorder.record(p.name, tensor_type, p.module_type, p.order, tensor, spread=spread)
 
     def gradients(self, selected: Callable[[str], bool]) -> Iterator[Named]:
         """Every selected weight gradient there is now."""

@@ -9,21 +9,17 @@ import torch
 from tandv_tb import stats
 from tandv_tb.stats import Pending
 from tandv_tb.torch.memo import TensorMemo
+from tandv_tb.torch.parallel_layout import ParallelLayout, Spread, local
 from tandv_tb.torch.skips import untrackable_reason
 from tandv_tb.tracking.skips import SkipLog
 from tandv_tb.tracking.step_buffer import Entry, StepBuffer
-
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # a build without distributed support
-    DTensor = None
 
 
 class Recorder:
     """Computes statistics of tracked tensors into the step buffer.
 
-    ``replicated=False`` (ranks other than 0 in a combined distributed run) skips the
-    tensors that are the same on every rank: rank 0 records them alone.
+    ``layout`` tells how each tensor's values on this rank stand to the other ranks' in a
+    distributed run (``parallel_layout``): a replica that another rank counts is skipped.
 
     A tensor recorded again in the same step, unchanged, reuses its statistics
     (``TensorMemo``).
@@ -36,11 +32,11 @@ class Recorder:
     46-53 ms split over two (bench/RESULTS.md).
     """
 
-    def __init__(self, formats: Sequence[str], skips: SkipLog, replicated: bool = True) -> None:
+    def __init__(self, formats: Sequence[str], skips: SkipLog, layout: ParallelLayout) -> None:
         self.formats = tuple(formats)
         self.buffer = StepBuffer()
+        self.layout = layout
         self._skips = skips
-        self._replicated = replicated
         self._computed: TensorMemo[Pending] = TensorMemo()
 
     def drain(self) -> list[Entry]:
@@ -56,25 +52,26 @@ class Recorder:
         module_type: str,
         order: int,
         tensor: torch.Tensor,
-        combined: bool = True,
+        spread: Spread | None = None,
         reuse: bool = True,
     ) -> None:
         """Add ``tensor``'s statistics to ``(name, tensor_type)``'s entry of this step.
 
-        ``combined`` says whether ranks' statistics of it add up (each rank holds another
-        part: a data-parallel batch, a shard) rather than being the same on every rank; a
-        DTensor tells for itself. ``reuse=False`` computes them afresh although the same
-        tensor, at the same version, was recorded before (a tensor a compiled graph hands
-        over: ``Tracker._receive`` says why).
+        ``spread`` says how this rank's values of it stand to the other ranks'; by default
+        the tensor tells, as an activation's (``ParallelLayout.of_data``): a gradient is
+        given its activation's, a parameter's tensors ``ParallelLayout.of_parameter``.
+        ``reuse=False`` computes the statistics afresh although the same tensor, at the
+        same version, was recorded before (a tensor a compiled graph hands over:
+        ``Tracker._receive`` says why).
         """
-        if DTensor is not None and isinstance(tensor, DTensor):
-            if any(placement.is_partial() for placement in tensor.placements):
-                self._skips.skip(name, tensor_type, "a DTensor with pending partial sums")
-                return
-            combined = any(placement.is_shard() for placement in tensor.placements)
-            tensor = tensor.to_local()
-        if not combined and not self._replicated:
+        if spread is None:
+            spread = self.layout.of_data(name, tensor)
+        if spread is Spread.ELSEWHERE:
             return
+        if spread is Spread.PARTIAL:
+            self._skips.skip(name, tensor_type, "a DTensor with pending partial sums")
+            return
+        tensor = local(tensor)
         reason = untrackable_reason(tensor)
         if reason is None:
             try:
@@ -84,7 +81,7 @@ class Recorder:
         if reason is not None:
             self._skips.skip(name, tensor_type, reason)
             return
-        self.buffer.add(name, tensor_type, module_type, pending, order=order, combined=combined)
+        self.buffer.add(name, tensor_type, module_type, pending, order=order, spread=spread)
 
     def skip(self, name: str, tensor_type: str, reason: str) -> None:
         """Say, once, that ``name`` is not recorded and why."""

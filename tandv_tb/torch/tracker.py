@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -14,14 +15,16 @@ from tandv_tb.disk.nonfinite_record import entries_from_stats
 from tandv_tb.torch import compiled
 from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.compiled import CompiledTracking, StepTensors
-from tandv_tb.torch.distributed import RankCombiner, is_distributed
+from tandv_tb.torch.distributed import RanksLost
 from tandv_tb.torch.hooks import ModuleHooks
 from tandv_tb.torch.inputs import InputHooks
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
+from tandv_tb.torch.pipeline_stage import WHOLE_MODEL, Stage, stage_of
+from tandv_tb.torch.ranks import Ranks
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.skips import UntrackableTensorWarning
-from tandv_tb.torch.watch import Watch, across_ranks
+from tandv_tb.torch.watch import Watch
 from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
 from tandv_tb.tracking.skips import SkipLog
@@ -42,37 +45,37 @@ def is_tracked(module: nn.Module) -> bool:
 class Tracker(TrackerBase):
     """Tracks one model's numerics; made by ``track``, which describes the options."""
 
-    def __init__(self, module: nn.Module, options: TorchOptions) -> None:
+    def __init__(
+        self, module: nn.Module, options: TorchOptions, stage: Stage = WHOLE_MODEL
+    ) -> None:
         super().__init__(options)
         self._selected = options.selected
         self._track_weights = options.track_weights
         self._track_optimizer = options.track_optimizer
         formats = options.formats
 
-        distributed = is_distributed()
-        rank = torch.distributed.get_rank(options.process_group) if distributed else 0
-        combined = distributed and not options.per_rank
-        self._combiner = RankCombiner(formats, options.process_group) if combined else None
-        if not combined or rank == 0:
-            self._open_writer(f"rank{rank}" if options.per_rank and distributed else None)
-        skips = SkipLog(UntrackableTensorWarning)
-        self._recorder = Recorder(formats, skips, replicated=self._writer is not None)
         self._parameters = Parameters(module, options.optimizer)
-        watch = Watch(replicated=self._writer is not None) if options.watch_nonfinite else None
+        self._ranks = ranks = Ranks(self._parameters, options, stage)
+        if ranks.writes:
+            self._open_writer(ranks.run)
+            ranks.writing_into(self._writer.logdir)
+        skips = SkipLog(UntrackableTensorWarning)
+        self._recorder = Recorder(formats, skips, ranks.layout)
+        watch = Watch(ranks.layout) if options.watch_nonfinite else None
         self._watch = watch
         orders = Orders()
         self._tensors = StepTensors(self._tracking_now, self._recorder, watch)
         self._compiled = CompiledTracking(
             module, self._tensors, orders, self._recorder, options, self._parameters
         )
-        self._hooks = ModuleHooks(module, self._tensors, options, orders)
+        self._hooks = ModuleHooks(module, self._tensors, options, orders, stage)
         self._hooks.receiver_key = self._compiled.key
         self._modules = list(module.modules())
         for hooked in self._modules:
             _HOOKED[hooked] = _HOOKED.get(hooked, 0) + 1
         self._inputs = None
         if options.track_inputs:
-            self._inputs = InputHooks(module, self._tensors, options, orders)
+            self._inputs = InputHooks(module, self._tensors, options, orders, stage)
             self._inputs.receiver_key = self._compiled.key
         self._attachments = Attachments(
             module,
@@ -82,6 +85,7 @@ class Tracker(TrackerBase):
             options.only_training,
         )
         self._gradients_read = False  # whether this step's weight gradients were read
+        self._ranks_lost = False  # whether a collective failed: the tracker stopped
         optimizer = options.optimizer
         self._optimizer_hook = None
         if optimizer is not None and self._track_weights:
@@ -100,6 +104,8 @@ class Tracker(TrackerBase):
         default ``current_step + 1``), so that a trainer whose step counter jumps keeps the
         tracker's numbers equal to its own.
         """
+        if self._ranks_lost:  # it stopped when a rank was lost: training goes on
+            return
         self._check_open()
         if next_step is None:
             next_step = self._step + 1
@@ -110,10 +116,16 @@ class Tracker(TrackerBase):
         self._hooks.end_step()
         if self._inputs is not None:
             self._inputs.end_step()
-        if self._active:
-            tripped = self._finish_step()
-        else:
-            tripped = self._watch is not None and self._watched_step()
+        try:
+            if self._active:
+                tripped = self._finish_step()
+            else:
+                tripped = self._watch is not None and self._watched_step()
+        except RanksLost as error:  # training goes on as it would without the tracker
+            warnings.warn(f"tandv_tb: at step {self._step} {error}", RuntimeWarning, stacklevel=2)
+            self._ranks_lost = True
+            self._end(keep_pending=False)
+            return
         self._gradients_read = False
         self._advance(next_step, tripped)
         self._take_tensors()
@@ -147,9 +159,7 @@ class Tracker(TrackerBase):
         """End an untracked step with the watch; whether it found NaN/Inf."""
         tensors = self._parameter_tensors()  # read right away
         self._tensors.take_parameters(self._parameters, tensors, unchanged=True)
-        found = self._watch.drain()
-        if self._combiner is not None:
-            found = across_ranks(found, self._combiner.group, self._combiner.device)
+        found = self._ranks.across(self._watch.drain())
         if found and self._writer is not None:
             self._writer.add_nonfinite(self._step, found)
         return bool(found)
@@ -160,16 +170,11 @@ class Tracker(TrackerBase):
         self._compiled.check_step(self._step)
         entries = self._recorder.drain()
         parts = merged(entries, stats.fetch([p for e in entries for p in e.parts]))
-        results = list(zip(entries, parts))
-        if self._combiner is not None:
-            local = [(e, s) for e, s in results if not e.combined]  # replicated: rank 0's
-            results = local + self._combiner.combine(*_unzip(r for r in results if r[0].combined))
-        found = self._nonfinite(results)
-        tripped = bool(found)
-        if self._combiner is not None:
-            # Every rank must agree on tracking the next step: the combined sums say it on
-            # every rank (NaN/Inf in replicated tensors alone is written, not followed).
-            tripped = self._watch is not None and self._combiner.nonfinite
+        results, per_rank = self._ranks.combine(list(zip(entries, parts)))
+        found = self._nonfinite(results + [(e, s) for _, e, s in per_rank])
+        # Every rank must agree on tracking the next step: the combined sums say it on
+        # every rank (NaN/Inf in what rank 0 holds whole alone is written, not followed).
+        tripped = self._watch is not None and self._ranks.nonfinite_anywhere(bool(found))
         if self._writer is not None:
             self._writer.add_records(
                 self._step,
@@ -179,6 +184,7 @@ class Tracker(TrackerBase):
                 ),
                 nonfinite=found,
             )
+            self._ranks.write_apart(self._step, per_rank)
         return tripped
 
     def _nonfinite(self, results: list) -> list:
@@ -188,7 +194,9 @@ class Tracker(TrackerBase):
 
     def _detach(self) -> None:
         """Remove every hook. In a combined distributed run a step not ended by ``step()``
-        is dropped at ``close`` (ending it would need every rank)."""
+        is dropped at ``close`` (ending it would need every rank): nothing more is written
+        to the per-rank runs, closed here."""
+        self._ranks.close()
         self._hooks.remove()
         self._compiled.close()
         if self._optimizer_hook is not None:
@@ -203,7 +211,7 @@ class Tracker(TrackerBase):
             self._inputs.remove()
 
     def _pending(self) -> bool:
-        return self._combiner is None and len(self._recorder.buffer) > 0
+        return not self._ranks.combining and len(self._recorder.buffer) > 0
 
     def _write_pending(self) -> None:
         self._finish_step()
@@ -221,11 +229,6 @@ def _stepping_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimiz
     ):
         return _stepping_optimizer(inner)
     return optimizer
-
-
-def _unzip(pairs: Iterable[tuple]) -> tuple[list, list]:
-    pairs = list(pairs)
-    return [a for a, _ in pairs], [b for _, b in pairs]
 
 
 def track(
@@ -247,6 +250,8 @@ def track(
     init_step: int = 0,
     per_rank: bool = False,
     process_group: object = None,
+    layouts: object = None,
+    mesh: object = None,
     watch_nonfinite: bool = True,
 ) -> Tracker:
     """Track the numerics of ``module``'s training into TensorBoard event files.
@@ -282,15 +287,16 @@ def track(
     steps). Compiled by a torch older than 2.13, untracked steps check only what
     ``step()`` reads (the graph hands nothing over).
 
-    Distributed (``torch.distributed`` initialised, more than one rank): the statistics of
-    each tensor are combined across ranks in one collective per tracked step, so
-    activations and gradients describe the global batch and a sharded parameter (FSDP2's
-    ``fully_shard`` or any ``DTensor``; ``FullyShardedDataParallel`` with
-    ``use_orig_params=True``) its full tensor; replicated parameters (DDP) are rank 0's.
-    Rank 0 writes.
-    Every rank must call ``step()``. With ``per_rank=True`` every rank writes its own
-    statistics to ``<logdir>/rank<k>`` instead. ``process_group`` picks the ranks to
-    combine over (default: all).
+    Distributed (``torch.distributed`` initialised, more than one rank; every rank calls
+    ``track`` and ``step()``): each tensor's statistics are combined across ranks in one
+    collective per tracked step, counting each logical tensor once over its whole extent:
+    batches and shards merge, replicas count once (``tandv_tb.torch.parallel_layout``);
+    rank 0 writes. ``module`` may be a ``PipelineStage`` (``torch.distributed.pipelining``).
+    In a model computing with DTensors, a plain tensor nothing tells the layout of is
+    recorded per rank (``<run>/rank<k>``) with a warning naming it; ``layouts`` (regular
+    expressions of names to ``Shard``/``Replicate`` placements) over ``mesh`` (the
+    ``DeviceMesh`` they refer to) tell it. ``per_rank=True``: every rank writes its own
+    run ``<logdir>/rank<k>``. ``process_group``: the ranks to combine over (all).
 
     Notes:
 
@@ -320,6 +326,7 @@ def track(
       hooked or written.
     """
     options = dict(locals())
-    if not isinstance(options.pop("module"), nn.Module):
+    module, stage = stage_of(options.pop("module"))
+    if not isinstance(module, nn.Module):
         raise TypeError(f"track needs a torch.nn.Module, got {type(module).__name__}")
-    return Tracker(module, TorchOptions(**options))
+    return Tracker(module, TorchOptions(**options), stage)

@@ -45,8 +45,9 @@ import torch.distributed as dist
 
 from tandv_tb.disk.nonfinite_record import NonfiniteEntry, merge
 from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
+from tandv_tb.torch.distributed import collectively
 from tandv_tb.torch.memo import TensorMemo
-from tandv_tb.torch.recorder import DTensor
+from tandv_tb.torch.parallel_layout import ParallelLayout, Spread, local
 from tandv_tb.torch.skips import untrackable_reason
 
 #: From this many values a CPU tensor of 32 or 64-bit floats is summed by torch, over its
@@ -156,12 +157,12 @@ class _Blocks:
 class Watch:
     """The NaN/Inf found in one untracked step, in the order the tensors were seen.
 
-    ``replicated=False`` (ranks other than 0 in a combined distributed run) skips the
-    tensors that are the same on every rank, as the tracker's recorder does.
+    ``layout`` tells which tensors this rank checks: not the replicas another rank
+    counts, as the tracker's recorder does (``parallel_layout``).
     """
 
-    def __init__(self, replicated: bool = True) -> None:
-        self._replicated = replicated
+    def __init__(self, layout: ParallelLayout) -> None:
+        self._layout = layout
         self._found: list[tuple[str, str, tuple[int, ...] | torch.Tensor]] = []
         self._checked: TensorMemo[Counts] = TensorMemo()  # a tensor's counts, or None
 
@@ -170,15 +171,18 @@ class Watch:
         name: str,
         tensor_type: str,
         tensor: torch.Tensor,
-        combined: bool = True,
+        spread: Spread | None = None,
         reuse: bool = True,
     ):
         """Note ``tensor`` (a module's output or input, or a gradient w.r.t. one) if it holds
         NaN/Inf, read now; a tensor seen before in this step, unchanged, is not read again,
         unless ``reuse=False`` (a tensor a compiled graph hands over: ``Tracker._receive``
-        says why). Never raises: tracking never stops training."""
+        says why). ``spread`` as ``Recorder.record`` takes it. Never raises: tracking never
+        stops training."""
         try:
-            read = functools.partial(self._read_one, combined=combined)
+            if spread is None:
+                spread = self._layout.of_data(name, tensor)
+            read = functools.partial(self._read_one, spread=spread)
             counts = self._checked.get(tensor, read, reuse)
         except Exception:  # an exotic tensor: the watch passes it over
             return
@@ -187,22 +191,21 @@ class Watch:
 
     def check_all(
         self,
-        tensors: Iterable[tuple[str, str, torch.Tensor]],
-        combined: bool = True,
+        tensors: Iterable[tuple[str, str, torch.Tensor, Spread]],
         unchanged: bool = False,
     ) -> None:
-        """Note each of ``tensors`` (name, tensor type, tensor: the weights, weight
+        """Note each of ``tensors`` (name, tensor type, tensor, spread: the weights, weight
         gradients and optimizer state at ``step()``) that holds NaN/Inf, in their order,
         the CPU ones read in one call (never raises). ``unchanged``: the tensors stay as
         they are until ``drain`` (those on a device are then checked by their sums)."""
         named = list(tensors)
-        found = self._read([tensor for _, _, tensor in named], combined, unchanged)
-        for (name, tensor_type, _), counts in zip(named, found):
+        found = self._read([(tensor, spread) for _, _, tensor, spread in named], unchanged)
+        for (name, tensor_type, _, _), counts in zip(named, found):
             if counts is not None:
                 self._found.append((name, tensor_type, counts))
 
-    def _read_one(self, tensor: torch.Tensor, *, combined: bool) -> Counts:
-        local = self._local(tensor, combined)
+    def _read_one(self, tensor: torch.Tensor, *, spread: Spread) -> Counts:
+        local = self._local(tensor, spread)
         if local is None:
             return None
         format_name = _block_format(local)
@@ -212,14 +215,14 @@ class Watch:
             return _read_counts(local)
         return None
 
-    def _read(self, tensors: list[torch.Tensor], combined: bool, unchanged: bool) -> list[Counts]:
+    def _read(self, tensors: list[tuple[torch.Tensor, Spread]], unchanged: bool) -> list[Counts]:
         """What each of ``tensors`` holds (None also for a tensor passed over), the blocks
         of each format read in one call."""
         found: list[Counts] = [None] * len(tensors)
         blocks = _Blocks()
-        for slot, tensor in enumerate(tensors):
+        for slot, (tensor, spread) in enumerate(tensors):
             try:
-                local = self._local(tensor, combined)
+                local = self._local(tensor, spread)
                 if local is None:
                     continue
                 format_name = _block_format(local)
@@ -238,17 +241,13 @@ class Watch:
             pass
         return found
 
-    def _local(self, tensor: torch.Tensor, combined: bool) -> torch.Tensor | None:
+    def _local(self, tensor: torch.Tensor, spread: Spread) -> torch.Tensor | None:
         """The values of ``tensor`` this rank checks (a DTensor's local shard), or None
         where it checks none."""
-        if DTensor is not None and isinstance(tensor, DTensor):
-            if any(placement.is_partial() for placement in tensor.placements):
-                return None
-            combined = any(placement.is_shard() for placement in tensor.placements)
-            tensor = tensor.to_local()
-        if (not combined and not self._replicated) or untrackable_reason(tensor):
+        if spread in (Spread.ELSEWHERE, Spread.PARTIAL):
             return None
-        return tensor
+        tensor = local(tensor)
+        return None if untrackable_reason(tensor) else tensor
 
     @staticmethod
     def _counts(tensor: torch.Tensor) -> Counts:
@@ -296,11 +295,11 @@ def across_ranks(
     """Every rank's entries, merged in rank order, on every rank: one small ``all_reduce``
     a step, and an exchange only where some rank found NaN/Inf."""
     flag = torch.tensor([1.0 if entries else 0.0], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    collectively(dist.all_reduce, flag, op=dist.ReduceOp.MAX, group=group)
     if flag.item() == 0:
         return []
     gathered: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, entries, group=group)
+    collectively(dist.all_gather_object, gathered, entries, group=group)
     return merge(
         (e.name, e.tensor_type, (e.nan, e.posinf, e.neginf)) for rank in gathered for e in rank
     )

@@ -20,16 +20,16 @@ class Entry:
     """One tracked tensor of a step: every part recorded for it.
 
     ``order`` places it in the model (the torch tracker's; the JAX tracker orders its
-    records when it writes them). ``combined`` says whether its statistics add up across
-    ranks (activations of a data-parallel batch, shards of a parameter) or are the same on
-    every rank (replicated parameters), which rank 0 writes alone.
+    records when it writes them). ``spread`` says how this rank's values of it stand to the
+    other ranks' in a distributed run (``tandv_tb.torch.parallel_layout.Spread``: a piece
+    of data or of a shard, merged with theirs; the whole tensor; this rank's own).
     """
 
     name: str
     tensor_type: str
     module_type: str
     order: int = 0
-    combined: bool = True
+    spread: str = "piece"
     parts: list = dataclasses.field(default_factory=list)
 
 
@@ -47,11 +47,11 @@ class StepBuffer:
         part: object,
         *,
         order: int = 0,
-        combined: bool = True,
+        spread: str = "piece",
     ) -> None:
         entry = self._entries.get((name, tensor_type))
         if entry is None:
-            entry = Entry(name, tensor_type, module_type, order, combined)
+            entry = Entry(name, tensor_type, module_type, order, spread)
             self._entries[name, tensor_type] = entry
         entry.parts.append(part)
 

@@ -30,6 +30,8 @@ export interface RunsResponse {
   runs: RunInfo[];
   scalar_runs: string[];
   skipped: Skipped[];
+  /** What the plugin says of itself, once (its store kept in a temporary place, and why). */
+  notices: string[];
   /** Every run's tensor types together, in dashboard order (the server decides it). */
   tensor_types: string[];
 }
@@ -188,7 +190,10 @@ export class ApiError extends Error {
   constructor(
     message: string,
     readonly status: number,
-    /** Why the logdir's storage failed (``denied``, ``missing``, ``unreachable``, ``failed``). */
+    /**
+     * Why the logdir's storage failed (``denied``, ``missing``, ``unreachable``, ``failed``),
+     * or ``cache``: the plugin's store could be written nowhere.
+     */
     readonly storage: string | null = null,
   ) {
     super(message);
@@ -360,6 +365,41 @@ export async function scalars(run: string, signal?: AbortSignal): Promise<Scalar
   const body = await getJson<ScalarsResponse>("scalars", { run }, signal);
   for (const item of body.scalars) item.values = numbers(item.values as unknown[]);
   return body;
+}
+
+/** The shape and dtype of a tensor a module call took or returned. */
+export interface TensorSpec {
+  shape: number[];
+  dtype: string;
+}
+/** One module call of the model's graph (``graph`` route). */
+export interface GraphNode {
+  /** Unique; ``<layer>#<k>`` for the k-th call of a module. */
+  id: string;
+  /** The module's recorded name, as every other route names it. */
+  layer: string;
+  module_type: string;
+  /** The call it ran in; null at the top. */
+  parent: string | null;
+  order: number;
+  inputs: TensorSpec[];
+  outputs: TensorSpec[];
+  /** ``extra_repr`` and ``parameters`` where the tracker recorded them; any JSON. */
+  extra: Record<string, unknown>;
+}
+export interface GraphResponse {
+  run: string;
+  /** The step the graph was recorded at; null without a graph. */
+  step: number | null;
+  nodes: GraphNode[];
+  /** An output of ``source`` reaches an input of ``target``. */
+  edges: { source: string; target: string }[];
+  /** Graph records that could not be read, with why. */
+  skipped: { step: number; reason: string }[];
+}
+
+export function graph(run: string, signal?: AbortSignal): Promise<GraphResponse> {
+  return getJson<GraphResponse>("graph", { run }, signal);
 }
 
 /** True for the error a cancelled fetch throws. */

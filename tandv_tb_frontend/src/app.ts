@@ -5,6 +5,7 @@ import { runColors } from "./colors";
 import { debounce, emptyState, h, replaceChildren } from "./dom";
 import { ExportMenu } from "./export_menu";
 import { FindingsCard } from "./findings_card";
+import { GraphCard } from "./graph_card";
 import { HeatmapCard } from "./heatmap_card";
 import { HistogramCard } from "./histogram_card";
 import { LinesCard } from "./lines_card";
@@ -25,16 +26,25 @@ const STORAGE_HINTS: Record<string, string> = {
   unreachable:
     "Check the endpoint (AWS_ENDPOINT_URL, S3_ENDPOINT) and the network; the tab tries again at TensorBoard's next reload.",
   failed: "See TensorBoard's log; the tab tries again at its next reload.",
+  cache:
+    "Free space in the cache folder, or start TensorBoard with --tandv_cache_dir naming a folder that can be written.",
+};
+/** The title of a storage failure, by ``ApiError.storage`` (the logdir's, unless named). */
+const STORAGE_TITLES: Record<string, string> = {
+  cache: "The Numerics store could not be written.",
 };
 
 export class App {
   private readonly store: Store;
   private readonly toolbar: Toolbar;
   private readonly heatmap: HeatmapCard;
+  private readonly graph: GraphCard;
   private readonly histograms: HistogramCard;
   private readonly lines: LinesCard;
   private readonly cards: HTMLElement[];
   private readonly main = h("main", { class: "tv-main" });
+  /** What the plugin says of itself (``RunsResponse.notices``), above everything else. */
+  private readonly notices = h("div", { class: "tv-notices", attrs: { role: "status" } });
   private refreshing: Promise<void> | null = null;
   private refreshAgain = false;
 
@@ -43,8 +53,11 @@ export class App {
     initial: State,
   ) {
     this.store = new Store(initial, rules);
-    // The order of construction is the order in which the dependents of a change run.
+    // The order of construction is the order in which the dependents of a change run:
+    // the chosen view is shown first, so that a card loads knowing its size.
+    this.store.on(["view"], () => this.showView());
     this.heatmap = new HeatmapCard(this.store);
+    this.graph = new GraphCard(this.store);
     const exportMenu = new ExportMenu(this.store, () => this.heatmap.params());
     this.toolbar = new Toolbar(this.store, exportMenu.root);
     const findings = new FindingsCard(this.store, this.heatmap);
@@ -52,10 +65,17 @@ export class App {
     this.lines = new LinesCard(this.store, (step) => this.heatmap.heatmap.showStep(step));
     this.cards = [
       findings.card.root,
-      h("div", { class: "tv-top" }, [this.heatmap.card.root, this.histograms.card.root]),
+      h("div", { class: "tv-top" }, [
+        this.heatmap.card.root,
+        this.graph.card.root,
+        this.histograms.card.root,
+      ]),
       this.lines.card.root,
     ];
-    replaceChildren(this.root, [h("div", { class: "tv-app" }, [this.toolbar.root, this.main])]);
+    replaceChildren(this.root, [
+      h("div", { class: "tv-app" }, [this.toolbar.root, this.notices, this.main]),
+    ]);
+    this.showView();
     const relayout = debounce(() => this.relayout(), 200);
     new ResizeObserver(relayout).observe(this.root);
   }
@@ -87,6 +107,10 @@ export class App {
         known ? null : api.formats(),
         known ? null : api.metrics(),
       ]);
+      replaceChildren(
+        this.notices,
+        (runs.notices ?? []).map((text) => h("p", { class: "tv-notice", text })),
+      );
       catalog = {
         runs: runs.runs,
         scalarRuns: new Set(runs.scalar_runs),
@@ -105,7 +129,7 @@ export class App {
       const message = error instanceof Error ? error.message : String(error);
       replaceChildren(this.main, [
         storage
-          ? emptyState("The logdir's storage could not be read.", [
+          ? emptyState(STORAGE_TITLES[storage] ?? "The logdir's storage could not be read.", [
               message,
               STORAGE_HINTS[storage] ?? STORAGE_HINTS.failed,
             ])
@@ -133,9 +157,17 @@ export class App {
     this.root.dataset.state = "ready";
   }
 
+  /** Show the heatmap's card or the graph's, as chosen. */
+  private showView(): void {
+    const graph = this.store.state.view === "graph";
+    this.heatmap.card.root.hidden = graph;
+    this.graph.card.root.hidden = !graph;
+  }
+
   /** The page changed size: redraw (or refetch) what changed width, and only that. */
   private relayout(): void {
     this.heatmap.relayout();
+    this.graph.resized();
     this.histograms.resized();
     this.lines.resized();
   }

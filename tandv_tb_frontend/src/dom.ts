@@ -53,6 +53,20 @@ export function emptyState(title: string, lines: Child[] = [], code?: string): H
   ]);
 }
 
+/**
+ * Show a fixed tooltip beside the pointer, placed without measuring it (no forced
+ * layout): on the pointer's other side near the window's right edge, or within
+ * ``height`` of its bottom.
+ */
+export function placeTooltip(tooltip: HTMLElement, event: MouseEvent, height: number): void {
+  tooltip.style.display = "block";
+  const flipX = event.clientX > window.innerWidth - 440;
+  const flipY = event.clientY > window.innerHeight - height;
+  tooltip.style.transform = `translate(${event.clientX + (flipX ? -14 : 14)}px, ${
+    event.clientY + (flipY ? -14 : 14)
+  }px) translate(${flipX ? "-100%" : "0"}, ${flipY ? "-100%" : "0"})`;
+}
+
 /** Call ``fn`` once ``ms`` after the last call. */
 export function debounce<A extends unknown[]>(fn: (...args: A) => void, ms: number) {
   let timer: number | undefined;

@@ -32,6 +32,7 @@ export class FindingsCard {
     const signal = this.card.signal("findings");
     const data = await this.card.load(() => api.findings(runs, signal));
     if (!data) return;
+    void this.store.update({ findings: data });
     if (data.findings.length === 0) {
       this.list.clear();
       this.card.showEmpty(`No findings in ${runs.join(", ")}.`, [

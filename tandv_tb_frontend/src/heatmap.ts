@@ -12,7 +12,7 @@
 
 import type { HeatmapResponse, MetricInfo } from "./api";
 import { type CellScale, cellScale } from "./colors";
-import { h, replaceChildren } from "./dom";
+import { h, placeTooltip, replaceChildren } from "./dom";
 import { buildRows, type Row, rowValues } from "./tree";
 import {
   cellPixels,
@@ -309,14 +309,7 @@ export class Heatmap {
       ...tooltipLines(data, this.metric, this.rows[cell.row], this.rowCells[cell.row], cell.column),
     );
     this.tooltip.dataset.step = String(columnStep(column));
-    this.tooltip.style.display = "block";
-    // Placed without measuring it (no forced layout): flip to the pointer's other side
-    // near the window's right or bottom edge.
-    const flipX = event.clientX > window.innerWidth - 440;
-    const flipY = event.clientY > window.innerHeight - 90;
-    this.tooltip.style.transform = `translate(${event.clientX + (flipX ? -14 : 14)}px, ${
-      event.clientY + (flipY ? -14 : 14)
-    }px) translate(${flipX ? "-100%" : "0"}, ${flipY ? "-100%" : "0"})`;
+    placeTooltip(this.tooltip, event, 90);
     const left = this.columnLeft(cell.column);
     const right = this.columnLeft(cell.column + 1);
     this.hoverRow.style.display = "block";

@@ -4,7 +4,7 @@ import * as api from "./api";
 import type { MetricInfo } from "./api";
 import { Card } from "./card";
 import { button, selectControl } from "./controls";
-import { h, replaceChildren } from "./dom";
+import { type Child, h, replaceChildren } from "./dom";
 import { Heatmap } from "./heatmap";
 import { layersCurrent } from "./rules";
 import type { State } from "./state";
@@ -33,11 +33,13 @@ export class HeatmapCard {
     this.card.body.append(this.heatmap.root);
     store.on(["catalog", "heatmapRun", "tensorType"], () => this.loadLayers());
     store.on(
-      ["layerList", "layerRegex", "metric", "metricFormat", "reduce", "window", "minusRun"],
+      ["layerList", "layerRegex", "metric", "metricFormat", "reduce", "window", "minusRun", "view"],
       () => this.load(),
     );
     store.on(["heatmapData", "toggled", "groups"], () => this.draw());
-    store.on(["runs", "heatmapRun", "minusRun", "groups", "window"], () => this.renderTools());
+    store.on(["runs", "heatmapRun", "minusRun", "groups", "window", "view"], () =>
+      this.renderTools(),
+    );
     store.on(["layer", "step"], () => {
       const s = this.store.state;
       this.heatmap.setSelected(s.layer, s.step);
@@ -110,7 +112,7 @@ export class HeatmapCard {
   private async load(): Promise<void> {
     const s = this.store.state;
     const params = this.params();
-    if (!params || !layersCurrent(s)) return;
+    if (!params || !layersCurrent(s) || s.view !== "heatmap") return;
     const signal = this.card.signal("heatmap");
     const data = await this.card.load(() => api.heatmap(params, signal));
     const now = this.store.state;
@@ -162,30 +164,12 @@ export class HeatmapCard {
   private renderTools(): void {
     const s = this.store.state;
     const update = (patch: Partial<State>) => void this.store.update(patch);
+    if (s.view !== "heatmap") {
+      this.card.tools.replaceChildren(); // the graph's card has the run menus then
+      return;
+    }
     replaceChildren(this.card.tools, [
-      s.runs.length > 1
-        ? selectControl(
-            "Run",
-            "heatmapRun",
-            s.runs.map((run) => ({ value: run, label: run })),
-            s.heatmapRun,
-            (heatmapRun) => update({ heatmapRun }),
-          )
-        : h("span", { class: "tv-muted", text: s.heatmapRun }),
-      s.runs.length > 1
-        ? selectControl(
-            "minus",
-            "minusRun",
-            [
-              { value: "", label: "—" },
-              ...s.runs
-                .filter((run) => run !== s.heatmapRun)
-                .map((run) => ({ value: run, label: run })),
-            ],
-            s.minusRun,
-            (minusRun) => update({ minusRun }),
-          )
-        : null,
+      ...runControls(s, update),
       selectControl(
         "Groups",
         "groups",
@@ -235,8 +219,32 @@ export class HeatmapCard {
   };
 }
 
+/** The run shown and the run subtracted from it (the heatmap's and the graph's). */
+export function runControls(s: State, update: (patch: Partial<State>) => void): Child[] {
+  if (s.runs.length < 2) return [h("span", { class: "tv-muted", text: s.heatmapRun })];
+  return [
+    selectControl(
+      "Run",
+      "heatmapRun",
+      s.runs.map((run) => ({ value: run, label: run })),
+      s.heatmapRun,
+      (heatmapRun) => update({ heatmapRun }),
+    ),
+    selectControl(
+      "minus",
+      "minusRun",
+      [
+        { value: "", label: "—" },
+        ...s.runs.filter((run) => run !== s.heatmapRun).map((run) => ({ value: run, label: run })),
+      ],
+      s.minusRun,
+      (minusRun) => update({ minusRun }),
+    ),
+  ];
+}
+
 /** The metric as a difference of two runs: centred on 0, labelled with both runs. */
-function differenceMetric(metric: MetricInfo, data: api.HeatmapResponse): MetricInfo {
+export function differenceMetric(metric: MetricInfo, data: api.HeatmapResponse): MetricInfo {
   return {
     ...metric,
     kind: metric.kind === "fraction" ? "statistic" : metric.kind,

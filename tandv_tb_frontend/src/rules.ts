@@ -87,6 +87,8 @@ export const rules: Rules = (model, changed) => {
     patch.metricFormat = recorded[0] ?? catalog.blockFormats[0]?.format ?? format;
   }
   if (!["auto", "expanded", "collapsed"].includes(model.groups)) patch.groups = "auto";
+  if (!["heatmap", "graph"].includes(model.view)) patch.view = "heatmap";
+  if (rowsChanged && changed.has("heatmapRun")) patch.graphFocus = "";
   const metricNames = new Set(metrics.map((m) => m.metric));
   patch.lineMetrics = model.lineMetrics.filter((m) => metricNames.has(m));
   const list = model.layerList;

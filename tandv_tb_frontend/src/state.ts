@@ -47,6 +47,10 @@ export interface State {
   compare: "overlay" | "side";
   /** A ticked run whose values the heatmap subtracts from ``heatmapRun``'s; "" for none. */
   minusRun: string;
+  /** What the top card shows: the layers x steps heatmap, or the model's graph. */
+  view: "heatmap" | "graph";
+  /** The module call open in the graph (its id); "" for the default (the model's). */
+  graphFocus: string;
   /**
    * Whether the heatmap and histogram show the findings' headline (the tab opens on what
    * went wrong) until the user chooses a view of their own (any of ``VIEW_KEYS``).
@@ -79,6 +83,8 @@ export const DEFAULT_STATE: State = {
   lineLog: false,
   compare: "overlay",
   minusRun: "",
+  view: "heatmap",
+  graphFocus: "",
   followHeadline: true,
 };
 

@@ -3,6 +3,7 @@
 import type {
   BlockFormatInfo,
   Finding,
+  FindingsResponse,
   FormatLimits,
   HeatmapResponse,
   LayerInfo,
@@ -40,6 +41,8 @@ export interface Loaded {
   heatmapData: HeatmapResponse | null;
   /** The headline finding the tab opened its view on by itself (``followHeadline``). */
   headlineShown: Finding | null;
+  /** The findings of the ticked runs, as the Findings card loaded them. */
+  findings: FindingsResponse | null;
 }
 
 export type Model = State & Loaded;
@@ -80,6 +83,7 @@ export class Store {
       layerList: null,
       heatmapData: null,
       headlineShown: null,
+      findings: null,
     };
   }
 

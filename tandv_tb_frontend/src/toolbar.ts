@@ -30,6 +30,7 @@ export class Toolbar {
         "metric",
         "metricFormat",
         "reduce",
+        "view",
       ],
       () => keepFocus(this.root, () => this.render()),
     );
@@ -80,6 +81,16 @@ export class Toolbar {
             (compare) => update({ compare: compare as State["compare"] }),
           )
         : null,
+      selectControl(
+        "View",
+        "view",
+        [
+          { value: "heatmap", label: "layers × steps" },
+          { value: "graph", label: "model graph" },
+        ],
+        s.view,
+        (view) => update({ view: view as State["view"] }),
+      ),
       selectControl(
         "Tensor type",
         "tensorType",

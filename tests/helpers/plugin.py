@@ -24,7 +24,11 @@ from tensorboard import context as tb_context
 from tensorboard import default as tb_default
 from tensorboard import program
 from tensorboard.backend import application
-from tensorboard.backend.event_processing import data_ingester
+from tensorboard.backend.event_processing import (
+    data_ingester,
+    data_provider,
+    plugin_event_multiplexer,
+)
 from tensorboard.data import server_ingester
 from tensorboard.plugins import base_plugin
 from torch.utils.tensorboard import SummaryWriter
@@ -261,6 +265,13 @@ class PluginRoutes:
     def close(self) -> None:
         self.plugin._worker.close()
         self.plugin._store.close()
+
+
+def unread_provider(folder: Path) -> data_provider.MultiplexerDataProvider:
+    """TensorBoard's own provider over a logdir it has not read: it lists no run (what
+    the plugin lists then comes from its store)."""
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    return data_provider.MultiplexerDataProvider(multiplexer, str(folder / "unread"))
 
 
 def store_query(store: NumericsStore, provider, **params) -> views.Query:

@@ -2,8 +2,9 @@
 ``numpy``, ``torch`` (the CPU kernel), ``torch-device-kernel`` (the accelerators'
 branch-free kernel, run on the CPU), ``jax`` and ``jax-jit`` on jax's CPU (the CPU kernel,
 under ``jax.jit`` as an XLA FFI call), ``jax-jit-device-kernel`` (the branch-free kernel
-under ``jax.jit``), and where there is a GPU ``torch-cuda``, ``jax-gpu``, ``jax-jit-gpu``
-(``devices.DEVICE_SOURCES``)."""
+under ``jax.jit``), ``torch-triton`` (the Triton kernels: on a GPU, or in Triton's
+interpreter; ``triton_source.TRITON_SOURCES``), and where there is a GPU ``torch-cuda``,
+``jax-gpu``, ``jax-jit-gpu`` (``devices.DEVICE_SOURCES``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 from tandv_tb.stats import engine
 from tandv_tb.stats._array_kernel import JaxOps, TorchOps, compute_arrays
 from tandv_tb.stats.tensor_stats import TensorStats
+from tests.helpers import triton_source
 from tests.helpers.devices import jax_cpu, jax_gpu
 from tests.helpers.reference import torch_tensor
 
@@ -34,6 +36,8 @@ def stats_from(source: str, values: np.ndarray, formats: tuple[str, ...]) -> Ten
         flat = torch_tensor(values).reshape(-1).to(wide)
         counts, moments = compute_arrays(TorchOps(), flat, dtype, formats, row)
         return TensorStats.unpack(dtype, formats, counts.numpy(), moments.numpy())
+    if source == "torch-triton":
+        return triton_source.triton_stats(values, formats)
     if source == "torch-cuda":
         return engine.tensor_stats(torch_tensor(values).cuda(), formats)
     array = jax.device_put(values, jax_gpu() if source.endswith("-gpu") else jax_cpu())
@@ -50,8 +54,9 @@ def stats_from(source: str, values: np.ndarray, formats: tuple[str, ...]) -> Ten
 
 def float32_sums(source: str, dtype: str) -> bool:
     """Sources whose moments are summed, or handed out, in float32 (the array kernel on
-    float32 data, also on an accelerator; jax without x64 under ``jax.jit``)."""
-    array_kernel = ("torch-device-kernel", "torch-cuda", "jax-jit", "jax-gpu")
+    float32 data, also on an accelerator; the Triton kernels' tiles; jax without x64 under
+    ``jax.jit``)."""
+    array_kernel = ("torch-device-kernel", "torch-cuda", "torch-triton", "jax-jit", "jax-gpu")
     return source.startswith(array_kernel) and dtype != "float64"
 
 

@@ -12,7 +12,6 @@ logdir and the reason (never a 500).
 from __future__ import annotations
 
 import json
-import urllib.parse
 
 import numpy as np
 import pytest
@@ -21,10 +20,12 @@ from torch import nn
 
 import tandv_tb.torch
 from tandv_tb.writer import NumericsWriter
+from tests.helpers.model_graphs import gpt_graph
 from tests.helpers.plugin import TensorBoardProcess, write_logdir
+from tests.helpers.routes import every_route, query
 from tests.helpers.s3_server import S3Server, download, environment, unreachable_endpoint
 from tests.helpers.s3_server import s3 as s3  # noqa: F401 (the fixture)
-from tests.helpers.store_runs import ROUTES, write_run
+from tests.helpers.store_runs import write_run
 
 pytestmark = pytest.mark.slow
 STEPS = 12
@@ -46,47 +47,11 @@ def _train(logdir: str) -> None:
             tracker.step()
 
 
-def _query(route: str, **params) -> str:
-    return ROUTES + route + "?" + urllib.parse.urlencode(params, doseq=True)
-
-
-def _routes(server: TensorBoardProcess) -> list[str]:
-    """Every route of ``http_api.md`` over every run, tensor type and step: the listings,
-    each layer's histogram at each of its steps, heatmaps and series of every step (all
-    columns), scalars, findings, and the CSV routes."""
-    paths = [_query("runs"), _query("formats"), _query("metrics")]
-    runs = [run["run"] for run in server.json(_query("runs"))["runs"]]
-    paths.append(_query("findings", run=runs))
-    for run in runs:
-        paths += [_query("scalars", run=run), _query("scalars.csv", run=run)]
-        for tensor_type in next(r for r in server.json(_query("runs"))["runs"] if r["run"] == run)[
-            "tensor_types"
-        ]:
-            where = {"run": run, "tensor_type": tensor_type}
-            layers = server.json(_query("layers", **where))["layers"]
-            paths += [_query("layers", **where), _query("layers.csv", **where)]
-            paths.append(_query("steps", **where))
-            names = [layer["layer"] for layer in layers]
-            for metric, extra in (
-                ("log2_rm2", {}),
-                ("overflow_fraction", {"format": "float8_e4m3fn"}),
-            ):
-                heatmap = {**where, "metric": metric, "columns": 10000, **extra}
-                paths += [_query("heatmap", **heatmap), _query("heatmap.csv", **heatmap)]
-            series = {**where, "layer": names, "metric": ["mean", "log2_max_abs"]}
-            paths += [_query("series", **series), _query("series.csv", **series)]
-            for layer in names:
-                steps = server.json(_query("steps", **where, layer=layer))["steps"]
-                paths += [_query("histogram", **where, layer=layer, step=s) for s in steps]
-                paths.append(_query("histogram.csv", **where, layer=layer))
-    return paths
-
-
 def _wait_loaded(server: TensorBoardProcess, runs: list[str], steps: dict[str, int]) -> None:
     def loaded():
-        listed = {r["run"]: r for r in server.json(_query("runs"))["runs"]}
+        listed = {r["run"]: r for r in server.json(query("runs"))["runs"]}
         return set(runs) <= set(listed) and all(
-            server.json(_query("steps", run=run, tensor_type="Activation"))["steps"][-1] == last
+            server.json(query("steps", run=run, tensor_type="Activation"))["steps"][-1] == last
             for run, last in steps.items()
         )
 
@@ -97,6 +62,8 @@ def test_every_route_serves_every_step_from_s3(s3, tmp_path):
     url = s3.bucket("runs") + "/logs"
     _train(f"{url}/tracked")
     layout = write_logdir(tmp_path / "uploaded", steps=STEPS)
+    with NumericsWriter(str(tmp_path / "uploaded" / "alpha")) as writer:
+        writer.add_graph(gpt_graph(2))
     s3.upload(tmp_path / "uploaded", url)
     local = download(s3, url, tmp_path / "copy")
     remote_tb = TensorBoardProcess(
@@ -108,12 +75,14 @@ def test_every_route_serves_every_step_from_s3(s3, tmp_path):
         for server in (remote_tb, local_tb):
             _wait_loaded(server, list(expected), expected)
         heatmap = remote_tb.json(
-            _query("heatmap", run="alpha", tensor_type="Gradient", metric="mean", columns=10000)
+            query("heatmap", run="alpha", tensor_type="Gradient", metric="mean", columns=10000)
         )
         assert [c["step"] for c in heatmap["columns"]] == layout.steps("alpha", "Gradient", "embed")
-        tracked = remote_tb.json(_query("steps", run="tracked", tensor_type="Weight"))
+        graph = remote_tb.json(query("graph", run="alpha"))
+        assert (graph["nodes"], graph["edges"]) == tuple(gpt_graph(2).values())
+        tracked = remote_tb.json(query("steps", run="tracked", tensor_type="Weight"))
         assert tracked["steps"] == list(range(STEPS))
-        paths = _routes(remote_tb)
+        paths = every_route(remote_tb)
         assert len(paths) > 200
         for path in paths:
             status, remote, _ = remote_tb.get(path)
@@ -142,7 +111,7 @@ def test_a_run_growing_on_s3_is_followed(s3, tmp_path):
         _wait_loaded(server, ["live"], {"live": 4})
         write(range(5, 9))
         _wait_loaded(server, ["live"], {"live": 8})
-        steps = server.json(_query("steps", run="live", tensor_type="Activation"))["steps"]
+        steps = server.json(query("steps", run="live", tensor_type="Activation"))["steps"]
         assert steps == list(range(9))
     finally:
         writer.close()
@@ -150,7 +119,7 @@ def test_a_run_growing_on_s3_is_followed(s3, tmp_path):
 
 
 def _storage_error(server: TensorBoardProcess) -> tuple[int, dict]:
-    status, body, headers = server.get(_query("runs"), timeout=120)
+    status, body, headers = server.get(query("runs"), timeout=120)
     assert headers["Content-Type"].startswith("application/json")
     return status, json.loads(body)
 
@@ -167,7 +136,7 @@ def test_a_denied_bucket_is_a_clear_error(tmp_path):
             status, body = tensorboard.wait(lambda: _storage_error(tensorboard), "an answer")
             assert status == 403 and body["storage"] == "denied"
             assert body["error"].startswith("cannot read s3://closed/logs: access denied")
-            status, _, _ = tensorboard.get(_query("layers", run="r", tensor_type="Activation"))
+            status, _, _ = tensorboard.get(query("layers", run="r", tensor_type="Activation"))
             assert status == 403
         finally:
             tensorboard.close()
@@ -205,10 +174,10 @@ def test_a_file_url_and_a_logdir_spec_of_two_named_logdirs(s3, tmp_path):
         _wait_loaded(by_spec, ["here/a", "there/b"], {"here/a": 5, "there/b": 3})
         for server, run in ((by_url, "a"), (by_spec, "here/a"), (by_spec, "there/b")):
             heatmap = server.json(
-                _query("heatmap", run=run, tensor_type="Activation", metric="rm2", columns=100)
+                query("heatmap", run=run, tensor_type="Activation", metric="rm2", columns=100)
             )
             assert heatmap["total_steps"] == (6 if run.endswith("a") else 4)
-        findings = by_spec.json(_query("findings", run=["here/a", "there/b"]))
+        findings = by_spec.json(query("findings", run=["here/a", "there/b"]))
         assert findings["runs"] == ["here/a", "there/b"]
     finally:
         by_url.close()

@@ -8,6 +8,9 @@ Why each one stays (and what it buys) is written where it is used:
 operator's ordered effect), ``tandv_tb.torch.memo`` (``Tensor._version``),
 ``tandv_tb.torch.naming`` and ``tandv_tb.torch.tracker`` (the attributes through which
 wrappers hold the module they wrap, and optimizers that set up their hooks),
+``tandv_tb.torch.parallel_layout`` (the DTensor spec ``to_local``'s autograd node keeps,
+the values of an ``AsyncCollectiveTensor``),
+``tandv_tb.torch.pipeline_stage`` (a pipeline stage's metadata),
 ``tandv_tb.jax.compiled`` (``_jit_info`` of ``jax.jit``, the attributes of ``nnx.jit``'s
 wrappers) and ``tandv_tb.stats._xla_cpu`` (XLA FFI structures read at fixed offsets).
 """
@@ -122,6 +125,38 @@ def test_wrappers_hold_the_module_they_wrap_where_naming_looks():
     # FSDP1 (FullyShardedDataParallel) needs a process group: its attribute is read where
     # tests/trackers/torch/test_torch_distributed.py wraps a model and checks the names.
     assert "_fsdp_wrapped_module" in _WRAPPED_ATTRIBUTES
+
+
+def test_to_local_keeps_the_dtensor_spec_and_a_pipeline_stage_its_metadata():
+    """``tandv_tb.torch.parallel_layout.provenance`` (the autograd node of ``to_local``
+    keeps ``dtensor_spec``) and ``local`` (``AsyncCollectiveTensor.wait``), and
+    ``tandv_tb.torch.pipeline_stage.Stage.inferring`` (``PipelineStage._stage_meta``), on
+    a process group of one rank."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from tandv_tb.torch.parallel_layout import local, provenance
+    from tandv_tb.torch.pipeline_stage import stage_of
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        weight = distribute_tensor(torch.ones(4, 2), mesh, [Shard(0)]).requires_grad_()
+        message = _changed("torch", torch.__version__, "_ToTorchTensor's ctx.dtensor_spec")
+        assert provenance((weight * 2).to_local()) == (mesh, (Shard(0),)), message
+        assert provenance(torch.ones(2, requires_grad=True) * 2) is None, message
+        _, stage = stage_of(PipelineStage(torch.nn.Linear(2, 2), 0, 1, torch.device("cpu")))
+        message = _changed("torch", torch.__version__, "PipelineStage._stage_meta")
+        assert stage.inferring(), message  # no metadata before its first step
+        pending = funcol.all_reduce(torch.ones(3), "sum", dist.group.WORLD)
+        message = _changed("torch", torch.__version__, "funcol.AsyncCollectiveTensor.wait")
+        assert isinstance(pending, funcol.AsyncCollectiveTensor), message
+        assert type(local(pending)) is torch.Tensor and local(pending).tolist() == [1] * 3
+    finally:
+        dist.destroy_process_group()
 
 
 def test_module_compile_marks_the_module_and_optimizers_keep_their_step_hooks():

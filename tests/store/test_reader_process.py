@@ -19,6 +19,8 @@ from tandv_tb.store import NumericsStore, ingest
 from tandv_tb.store.reader_process import ReaderProcess
 from tandv_tb.store.run_ids import RunIds
 from tandv_tb.store.schema import FILE_ROWS
+from tandv_tb.writer import NumericsWriter
+from tests.helpers.model_graphs import gpt_graph
 from tests.helpers.store_runs import stored_steps, write_run
 
 #: What orders every row of each table (its key).
@@ -29,6 +31,7 @@ ORDER = {
     "block_scales": "ALL",
     "nonfinite": "file_id, step, position",
     "scalars": "file_id, seq",
+    "graphs": "file_id, piece_end, position",
 }
 
 
@@ -49,6 +52,8 @@ def _logdir(tmp_path):
     write_run(tmp_path / "logs" / "a", range(0, 40), layers=3, nan_at=7)
     write_run(tmp_path / "logs" / "a", range(40, 60), layers=3)  # a second file
     write_run(tmp_path / "logs" / "deep" / "b", range(25))
+    with NumericsWriter(str(tmp_path / "logs" / "deep" / "b")) as writer:
+        writer.add_graph(gpt_graph(2), step=3)
     return tmp_path / "logs"
 
 
@@ -75,7 +80,7 @@ def test_what_the_process_reads_is_stored_as_what_is_read_here(tmp_path, small_p
             assert stored_steps(db, "deep/b") == list(range(25))
         expected, found = _tables(here), _tables(there)
         assert len(expected["records"]) == 60 * 3 + 25 * 2
-        assert expected["casts"]
+        assert expected["casts"] and len(expected["graphs"]) == 1
         assert repr(found) == repr(expected)  # NaN statistics compared too
         assert there.tags("a") == here.tags("a")
         assert _children(os.getpid())  # read by a process of its own

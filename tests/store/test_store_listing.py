@@ -12,11 +12,10 @@ import shutil
 import numpy as np
 import pytest
 from tensorboard import context as tb_context
-from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
 from tandv_tb.plugin.downsample import REDUCTIONS, Columns, reduce_rows
 from tandv_tb.store import NumericsStore
-from tests.helpers.plugin import PluginRoutes, TensorBoardProcess
+from tests.helpers.plugin import PluginRoutes, TensorBoardProcess, unread_provider
 from tests.helpers.store_runs import ROUTES, write_run
 
 
@@ -44,19 +43,13 @@ def test_a_new_run_is_listed_and_a_deleted_one_disappears(tmp_path):
         server.close()
 
 
-def _empty_provider(tmp_path) -> data_provider.MultiplexerDataProvider:
-    """TensorBoard's own provider over a logdir it has not read: it lists no run."""
-    multiplexer = plugin_event_multiplexer.EventMultiplexer()
-    return data_provider.MultiplexerDataProvider(multiplexer, str(tmp_path / "unread"))
-
-
 def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path, monkeypatch):
     monkeypatch.setattr(NumericsStore, "build_in_background", lambda store: None)  # requests read
     write_run(tmp_path / "logs" / "r", range(9), layers=3)
     write_run(tmp_path / "logs" / "deep" / "s", range(4))
     ctx = tb_context.RequestContext()
     logdir, cache = tmp_path / "logs", tmp_path / "c"
-    first = PluginRoutes(_empty_provider(tmp_path), logdir, cache)
+    first = PluginRoutes(unread_provider(tmp_path), logdir, cache)
     listed = first.json("runs")["runs"]  # from their first bytes: not built to list them
     assert [(r["run"], r["layer_count"], r["max_step"]) for r in listed] == [
         ("deep/s", 2, 3),
@@ -67,7 +60,7 @@ def test_a_restart_lists_runs_and_tags_from_the_store_not_the_provider(tmp_path,
         first.json("layers", run=run, tensor_type="Activation")
     assert first.plugin._store.has_read("r")
     first.close()
-    again = PluginRoutes(_empty_provider(tmp_path), logdir, cache)  # a restart
+    again = PluginRoutes(unread_provider(tmp_path), logdir, cache)  # a restart
     try:
         assert again.plugin.is_active()  # the store holds tags: no event file read for that
         assert [run["run"] for run in again.json("runs")["runs"]] == ["deep/s", "r"]

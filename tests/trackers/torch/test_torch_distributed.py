@@ -7,8 +7,6 @@ run (DDP, then FSDP2's ``fully_shard``), saving what each rank saw for the test 
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,8 +17,8 @@ from torch import nn
 
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import track
-from tests.helpers import REPO
 from tests.helpers.torch_models import assert_same, expected, read_records
+from tests.helpers.torchrun import run_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -180,12 +178,7 @@ def main(logdir: str) -> None:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> tuple[Path, list[dict]]:
     logdir = tmp_path_factory.mktemp("ranks")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc_per_node=2", __file__, str(logdir)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return logdir, [torch.load(logdir / f"rank{k}.pt", weights_only=False) for k in (0, 1)]
+    return logdir, run_ranks(__file__, logdir, 2)
 
 
 def test_data_parallel_activations_and_gradients_describe_the_global_batch(two_ranks):

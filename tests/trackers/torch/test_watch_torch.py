@@ -15,6 +15,7 @@ import tandv_tb
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
 from tandv_tb.torch import track, watch
+from tandv_tb.torch.parallel_layout import ParallelLayout, Spread
 from tests.helpers.torch_models import GPT, NanGradient, gpt_loss
 
 NAN, INF = float("nan"), float("inf")
@@ -171,10 +172,11 @@ def test_the_sums_at_step_count_like_the_host_in_every_dtype(monkeypatch, dtype)
         ("strided", torch.tensor([[NAN, 1.0], [INF, 2.0]]).t()),
     ]
     named = [(name, "Weight", t.to(dtype)) for name, t in tensors]
+    one_process = ParallelLayout((), combining=False)
 
     def drained():
-        check = watch.Watch()
-        check.check_all(named, unchanged=True)
+        check = watch.Watch(one_process)
+        check.check_all([(*n, Spread.WHOLE) for n in named], unchanged=True)
         return check.drain()
 
     on_host = drained()

@@ -1,0 +1,105 @@
+"""Which kernel computes a torch tensor's statistics: the ``TANDV_TB_KERNEL`` switch.
+
+- ``auto`` (default): the compiled CPU kernel for host tensors; the Triton kernel for CUDA
+  tensors where ``triton`` imports; else the branch-free array kernel.
+- ``cpu``: the CPU kernel for every tensor (a device tensor is copied to the host first: a
+  sync per tensor).
+- ``array``: the array kernel for every tensor.
+- ``triton``: the Triton kernel for every tensor it can take. It runs on CUDA tensors, or,
+  with ``TRITON_INTERPRET=1``, on CPU tensors in Triton's interpreter (whose results stay
+  pending like a device's until ``fetch``). Triton reads torch tensors only: numpy arrays
+  keep the CPU kernel and jax arrays their own kernels.
+
+A tensor the Triton kernel cannot take (a dtype it does not read, values not dense in
+memory, a CUDA device that is not the current one) goes to the array kernel: counted
+(``fallbacks``) and warned once per reason, never wrong. Without ``triton`` installed a
+CUDA tensor goes to the array kernel with one warning naming ``pip install triton``; where
+a launch fails (Triton cannot compile for this GPU, say: ``failed``), that one and every
+later tensor do too. An unknown value raises ``ValueError`` naming the allowed ones, at
+the first tensor.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib
+import os
+import warnings
+
+#: The environment variable, and the values it takes.
+ENV = "TANDV_TB_KERNEL"
+CHOICES = ("auto", "cpu", "array", "triton")
+
+#: Tensors sent to the array kernel because the Triton kernel could not take them, by
+#: reason (a process-wide tally; each reason is warned about once).
+fallbacks: collections.Counter = collections.Counter()
+#: Why the Triton kernels are not used any more in this process (``failed``), or "".
+_broken = ""
+
+
+def setting() -> str:
+    """The switch's value (read at each call, so that it may change between runs)."""
+    value = os.environ.get(ENV, "").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise ValueError(
+            f"{ENV}={os.environ[ENV]!r} is not a kernel: expected one of {', '.join(CHOICES)}"
+        )
+    return value
+
+
+@functools.cache
+def triton_launch():
+    """The Triton launch module, or ``None`` where ``triton`` does not import (warned
+    once)."""
+    try:
+        launch = importlib.import_module("tandv_tb.stats._triton_launch")
+    except ImportError as error:
+        warnings.warn(
+            f"triton is not importable ({error}): tandv_tb computes statistics of CUDA "
+            "tensors with its array kernel, many small operations per tensor; "
+            "`pip install triton` for its fused kernels",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+    return launch
+
+
+def torch_kernel(tensor, formats: tuple[str, ...]) -> str:
+    """``cpu``, ``array`` or ``triton``: the kernel for a torch tensor under the switch."""
+    choice = setting()
+    if choice in ("cpu", "array"):
+        return choice
+    if choice == "auto" and tensor.device.type == "cpu":
+        return "cpu"
+    if choice == "auto" and tensor.device.type != "cuda":
+        return "array"
+    launch = triton_launch()
+    if launch is None or _broken:
+        return "array"
+    reason = launch.unsupported_reason(tensor, formats)
+    if reason is None:
+        return "triton"
+    _fall_back(reason)
+    return "array"
+
+
+def _fall_back(reason: str) -> None:
+    fallbacks[reason] += 1
+    if fallbacks[reason] == 1:
+        warnings.warn(
+            f"{reason}: tandv_tb computes its statistics with the array kernel instead of "
+            "the Triton kernel (same results, more operations); further such tensors are "
+            "counted in tandv_tb.stats._kernel_choice.fallbacks",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def failed(error: BaseException) -> None:
+    """A launch of the Triton kernels raised ``error``: the array kernel from now on, for
+    this tensor too (warned once). Tracking must not stop training."""
+    global _broken
+    _broken = f"the Triton kernels failed ({type(error).__name__}: {error})"
+    _fall_back(_broken)
