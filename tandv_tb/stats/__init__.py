@@ -4,7 +4,21 @@ It turns tensors into ``TensorStats`` and those into the disk format's ``Numeric
 (``tandv_tb.disk.record``); the disk format never imports the engine.
 """
 
-from tandv_tb.stats.engine import Pending, compute, fetch, tensor_stats
+from tandv_tb.stats._kernel_choice import failed as kernel_failed
+from tandv_tb.stats._kernel_choice import setting as kernel_setting
+from tandv_tb.stats._kernel_choice import triton_watch, watch_kernel
+from tandv_tb.stats.engine import Pending, compute, compute_many, fetch, tensor_stats
 from tandv_tb.stats.tensor_stats import TensorStats
 
-__all__ = ["Pending", "TensorStats", "compute", "fetch", "tensor_stats"]
+__all__ = [
+    "Pending",
+    "TensorStats",
+    "compute",
+    "compute_many",
+    "fetch",
+    "kernel_failed",
+    "kernel_setting",
+    "tensor_stats",
+    "triton_watch",
+    "watch_kernel",
+]
