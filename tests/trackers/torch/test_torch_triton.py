@@ -1,12 +1,12 @@
 """The PyTorch tracker and ``NumericsWriter`` on the Triton path (``TANDV_TB_KERNEL=triton``).
 
-Without a GPU the kernels run on CPU tensors in Triton's interpreter, and the trackers
-treat those exactly as GPU tensors (the same kernels, the same watch, one transfer at
-``step()``): the records equal the compiled CPU kernel's (every count, the statistics
-within the contract's 2e-4), the watch names what the host's names, training is bitwise
-unchanged, compiled or not. Also the switch's bad inputs: an unknown value, a tensor the
-kernels cannot take, triton missing. Small models: the interpreter is slow. Without triton
-the module skips."""
+On a GPU they train there (``.ci/gpu-checks``); without one the kernels run on CPU tensors
+in Triton's interpreter, and the trackers treat those exactly as GPU tensors (the same
+kernels, the same watch, one transfer at ``step()``): the records equal the compiled CPU
+kernel's (``TANDV_TB_KERNEL=cpu``: every count, the statistics within the contract's 2e-4),
+the watch names what the host's names, training is bitwise unchanged, compiled or not.
+Also the switch's bad inputs: an unknown value, a tensor the kernels cannot take, triton
+missing. Small models: the interpreter is slow. Without triton the module skips."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ from tests.helpers.launch_counts import counting  # noqa: E402  (after the skip)
 
 #: An element format, an MX format and nvfp4: every kernel of the Triton path.
 FORMATS = ("float8_e4m3fn", "mxfp8_e4m3", "nvfp4")
+#: Where the trainings run: a GPU where there is one, else the CPU (Triton's interpreter).
+DEVICE = triton_source.device()
 #: What a fallback to the array kernel (or the watch's torch operations) says.
 FALLBACK = "instead of the Triton"
 
@@ -64,9 +66,9 @@ def _train(monkeypatch, kernel: str, logdir=None, steps=6, model=Net, **options)
     makes, tracked into ``logdir`` (plain without); the losses and final weights."""
     monkeypatch.setenv("TANDV_TB_KERNEL", kernel)
     torch.manual_seed(0)
-    model = model()
+    model = model().to(DEVICE)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    batches = [torch.randn(8, 12) for _ in range(steps)]
+    batches = [torch.randn(8, 12).to(DEVICE) for _ in range(steps)]
     tracker = None
     if logdir is not None:
         options = {"formats": FORMATS, **options}
@@ -115,8 +117,8 @@ def test_records_watch_and_training_equal_the_cpu_kernels(tmp_path, monkeypatch)
     def model():
         return Net({4})
 
-    plain = _train(monkeypatch, "auto", model=model)
-    cpu = _train(monkeypatch, "auto", tmp_path / "cpu", model=model, every=3)
+    plain = _train(monkeypatch, "cpu", model=model)
+    cpu = _train(monkeypatch, "cpu", tmp_path / "cpu", model=model, every=3)
     with counting() as dispatched, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         triton = _train(monkeypatch, "triton", tmp_path / "triton", model=model, every=3)
@@ -138,8 +140,9 @@ def test_records_watch_and_training_equal_the_cpu_kernels(tmp_path, monkeypatch)
 
 
 def test_numerics_writer_gives_the_cpu_kernels_records(tmp_path, monkeypatch):
-    """``add_numerics`` of CPU tensors under ``triton``: the Triton kernels, each step's
-    statistics brought to the host when the step is written; the CPU kernel's records."""
+    """``add_numerics`` under ``triton`` (CPU tensors in the interpreter): the Triton
+    kernels, each step's statistics brought to the host when the step is written; the
+    CPU kernel's records."""
     rng = torch.Generator().manual_seed(3)
     tensors = {
         "weights": torch.randn(24, 40, generator=rng),
@@ -149,7 +152,7 @@ def test_numerics_writer_gives_the_cpu_kernels_records(tmp_path, monkeypatch):
         "empty": torch.empty(0, 16),
         "broken": torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0]),
     }
-    for kernel in ("auto", "triton"):
+    for kernel in ("cpu", "triton"):
         monkeypatch.setenv("TANDV_TB_KERNEL", kernel)
         with (
             counting() as dispatched,
@@ -157,9 +160,9 @@ def test_numerics_writer_gives_the_cpu_kernels_records(tmp_path, monkeypatch):
         ):
             for step in range(2):
                 for name, tensor in tensors.items():
-                    writer.add_numerics(name, tensor * (step + 1), step, "Weight")
+                    writer.add_numerics(name, tensor.to(DEVICE) * (step + 1), step, "Weight")
         assert ("stats_main" in dispatched.launches) == (kernel == "triton")
-    _assert_same_logdirs(tmp_path / "triton", tmp_path / "auto")
+    _assert_same_logdirs(tmp_path / "triton", tmp_path / "cpu")
     assert len(read_records(str(tmp_path / "triton"))) == 2 * len(tensors)
 
 
@@ -207,7 +210,7 @@ def test_a_view_the_kernels_cannot_read_falls_back_warned_once(tmp_path, monkeyp
     def model():
         return nn.Sequential(Net({1}), Halves(), nn.Linear(6, 3))
 
-    cpu = _train(monkeypatch, "auto", tmp_path / "cpu", steps=2, model=model, every=2)
+    cpu = _train(monkeypatch, "cpu", tmp_path / "cpu", steps=2, model=model, every=2)
     with pytest.warns(RuntimeWarning, match="not dense in memory") as warned:
         triton = _train(monkeypatch, "triton", tmp_path / "triton", steps=2, model=model, every=2)
     assert len([w for w in warned if FALLBACK in str(w.message)]) == 1
@@ -225,7 +228,7 @@ def test_without_triton_the_array_kernel_with_one_warning(tmp_path, monkeypatch)
     def model():
         return Net({1})
 
-    cpu = _train(monkeypatch, "auto", tmp_path / "cpu", steps=3, model=model, every=2)
+    cpu = _train(monkeypatch, "cpu", tmp_path / "cpu", steps=3, model=model, every=2)
     monkeypatch.setitem(sys.modules, "tandv_tb.stats._triton_launch", None)
     _kernel_choice.triton_launch.cache_clear()
     _kernel_choice.triton_watch.cache_clear()
