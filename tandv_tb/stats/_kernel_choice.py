@@ -46,12 +46,16 @@ _broken = ""
 
 
 def setting() -> str:
-    """The switch's value (read at each call, so that it may change between runs)."""
-    value = os.environ.get(ENV, "").strip().lower() or "auto"
+    """The switch's value (read at each call, so that it may change between runs: a
+    test's ``monkeypatch.setenv`` takes effect at once)."""
+    return _parsed(os.environ.get(ENV, ""))
+
+
+@functools.cache
+def _parsed(raw: str) -> str:
+    value = raw.strip().lower() or "auto"
     if value not in CHOICES:
-        raise ValueError(
-            f"{ENV}={os.environ[ENV]!r} is not a kernel: expected one of {', '.join(CHOICES)}"
-        )
+        raise ValueError(f"{ENV}={raw!r} is not a kernel: expected one of {', '.join(CHOICES)}")
     return value
 
 
@@ -82,21 +86,17 @@ def triton_watch():
     return importlib.import_module("tandv_tb.stats._triton_watch")
 
 
-def _triton_wanted(tensor) -> bool:
-    """Whether the switch sends ``tensor`` to a Triton kernel: ``triton``, or ``auto`` for
-    a CUDA tensor."""
-    choice = setting()
-    return choice == "triton" or (choice == "auto" and tensor.device.type == "cuda")
-
-
 def watch_kernel(tensor) -> str:
     """How the non-finite watch reads a torch tensor under the switch: ``cpu`` (a host
     tensor under ``auto`` or ``cpu``: read at once on the host), ``triton`` (the Triton
     watch kernel) or ``array`` (torch operations on the tensor's device, read at
     ``step()``: every tensor under ``array``)."""
-    if not _triton_wanted(tensor):
-        host = tensor.device.type == "cpu" and setting() != "array"
-        return "cpu" if host else "array"
+    choice = setting()
+    if choice != "triton":
+        if tensor.is_cpu:
+            return "array" if choice == "array" else "cpu"
+        if choice != "auto" or not tensor.is_cuda:
+            return "array"
     module = triton_watch()
     if module is None or _broken:
         return "array"
