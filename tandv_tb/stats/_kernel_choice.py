@@ -86,12 +86,13 @@ def triton_watch():
     return importlib.import_module("tandv_tb.stats._triton_watch")
 
 
-def watch_kernel(tensor) -> str:
-    """How the non-finite watch reads a torch tensor under the switch: ``cpu`` (a host
-    tensor under ``auto`` or ``cpu``: read at once on the host), ``triton`` (the Triton
-    watch kernel) or ``array`` (torch operations on the tensor's device, read at
-    ``step()``: every tensor under ``array``)."""
-    choice = setting()
+def watch_kernel(tensor, choice: str | None = None) -> str:
+    """How the non-finite watch reads a torch tensor under the switch (``choice``, where
+    the caller read ``setting()`` already): ``cpu`` (a host tensor under ``auto`` or
+    ``cpu``: read at once on the host), ``triton`` (the Triton watch kernel) or ``array``
+    (torch operations on the tensor's device, read at ``step()``: every tensor under
+    ``array``)."""
+    choice = choice or setting()
     if choice != "triton":
         if tensor.is_cpu:
             return "array" if choice == "array" else "cpu"

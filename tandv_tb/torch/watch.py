@@ -49,7 +49,7 @@ import torch
 import torch.distributed as dist
 
 from tandv_tb.disk.nonfinite_record import NonfiniteEntry, merge
-from tandv_tb.stats import kernel_failed, watch_kernel
+from tandv_tb.stats import kernel_failed, kernel_setting, watch_kernel
 from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
 from tandv_tb.torch.device_watch import SLOT_WIDTH, Counters, Slot
 from tandv_tb.torch.distributed import collectively
@@ -172,6 +172,7 @@ class Watch:
         self._found: list[tuple[str, str, tuple[int, ...] | torch.Tensor]] = []
         self._checked: TensorMemo[Counts] = TensorMemo()  # a tensor's counts, or None
         self._counters = Counters()  # the Triton watch's, on each device
+        self._setting = ""  # TANDV_TB_KERNEL, read once a step (``_kernel``)
 
     def check(
         self,
@@ -215,7 +216,7 @@ class Watch:
         local = self._local(tensor, spread)
         if local is None:
             return None
-        kernel = watch_kernel(local)
+        kernel = self._kernel(local)
         if kernel == "triton":
             return self._triton([local])[0]
         if kernel == "array":
@@ -226,6 +227,12 @@ class Watch:
         if nonfinite_in(local.data_ptr(), local.numel(), format_name):
             return _read_counts(local)
         return None
+
+    def _kernel(self, tensor: torch.Tensor) -> str:
+        """``watch_kernel`` of ``tensor``, the switch read at the step's first tensor."""
+        if not self._setting:
+            self._setting = kernel_setting()
+        return watch_kernel(tensor, self._setting)
 
     def _triton(self, tensors: list[torch.Tensor]) -> list[Counts]:
         """Slots of the Triton watch's counters for ``tensors`` (or, where a launch fails,
@@ -249,7 +256,7 @@ class Watch:
                 local = self._local(tensor, spread)
                 if local is None:
                     continue
-                kernel = watch_kernel(local)
+                kernel = self._kernel(local)
                 format_name = _block_format(local) if kernel == "cpu" else None
                 if kernel == "triton":
                     triton[slot] = local
@@ -285,6 +292,7 @@ class Watch:
         sum is not finite); the watch is empty afterwards."""
         found, self._found = self._found, []
         self._checked.clear()
+        self._setting = ""
         counters = self._counters.used()
         on_device: dict[torch.device, list[int]] = {device: [] for device in counters}
         for i, (_, _, counts) in enumerate(found):
