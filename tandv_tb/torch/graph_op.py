@@ -7,8 +7,9 @@ inductor trace it with no graph break, registered as an ordered effect, so that 
 neither drops it (nobody reads what it returns) nor reorders it (tensors arrive in
 execution order). At run time the operator hands its real tensor to the tracker that put
 the hook on (a ``Receiver`` registered here under an int key the graph holds as a
-constant), which computes its statistics on the tensor's own device (the CPU kernel, or
-the branch-free array kernel elsewhere) and keeps them there until ``step()``, as an eager
+constant), which computes its statistics on the tensor's own device with the kernels an
+eager hook's tensor gets (``TANDV_TB_KERNEL``: the CPU kernel, the Triton kernels on a GPU,
+else the branch-free array kernel) and keeps them there until ``step()``, as an eager
 hook does; on a step it does not track it checks the tensor for NaN/Inf instead.
 
 Which of the two the operator does is decided when it runs, so tracked and untracked
