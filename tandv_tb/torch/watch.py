@@ -169,7 +169,7 @@ class Watch:
 
     def __init__(self, layout: ParallelLayout) -> None:
         self._layout = layout
-        self._found: list[tuple[str, str, tuple[int, ...] | torch.Tensor]] = []
+        self._found: list[tuple[str, str, Counts]] = []
         self._checked: TensorMemo[Counts] = TensorMemo()  # a tensor's counts, or None
         self._counters = Counters()  # the Triton watch's, on each device
         self._setting = ""  # TANDV_TB_KERNEL, read once a step (``_kernel``)
