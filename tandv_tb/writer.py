@@ -47,7 +47,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
@@ -60,6 +59,7 @@ from tandv_tb.disk.nonfinite_record import NonfiniteEntry, encode_nonfinite
 from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.disk.summary import numerics_value
 from tandv_tb.disk.user_writer import UserWriter
+from tandv_tb.hand_written import HandWrittenStep, RecordItem
 from tandv_tb.storage.locations import is_local, location
 
 #: Longest time records wait before they are flushed: in a user's writer, in a step of
@@ -181,16 +181,6 @@ def _event_sink(logdir: str) -> EventFile | EventObjects:
     return EventObjects(logdir)
 
 
-class RecordItem(NamedTuple):
-    """One record for ``NumericsWriter.add_records``, with ``add_record``'s arguments."""
-
-    name: str
-    record: NumericsRecord
-    tensor_type: str = "Activation"
-    module_type: str = ""
-    order: int | None = None
-
-
 class NumericsWriter:
     """Writes the numerics of tensors (or precomputed records) as TensorBoard summaries.
 
@@ -211,8 +201,7 @@ class NumericsWriter:
         self._described: set[tuple[str, str]] = set()  # tags whose metadata were written
         self._failure = _Failure()
         self._closed = False
-        self._step_records: list[RecordItem] = []  # hand-written records of one step
-        self._records_step = 0
+        self._step_records = HandWrittenStep()
         self._graph = b""  # the last graph written (its record's JSON)
         self._user_writer = None if writer is None else UserWriter(writer)
         self._events = _event_sink(os.fspath(logdir)) if writer is None else None
@@ -240,8 +229,8 @@ class NumericsWriter:
         check_float_tensor(tensor)
         from tandv_tb import stats
 
-        record = stats.tensor_stats(tensor, self.formats).to_record()
-        self.add_record(name, record, step, tensor_type)
+        pending = stats.compute(tensor, self.formats)  # brought to the host with its step
+        self._add_hand_written(RecordItem(name, pending, tensor_type), step)
 
     def add_record(
         self,
@@ -259,13 +248,15 @@ class NumericsWriter:
         step = _check_step(step)
         item = RecordItem(name, record, tensor_type, module_type, order)
         _check_item(item)
+        self._add_hand_written(item, step)
+
+    def _add_hand_written(self, item: RecordItem, step: int) -> None:
         with self._lock:
             if self._closed:
                 raise ValueError("this NumericsWriter is closed")
-            if self._step_records and step != self._records_step:
+            if self._step_records and step != self._step_records.step:
                 self._write_step_records()
-            self._records_step = step
-            self._step_records.append(item)
+            self._step_records.add(step, item)
 
     def add_nonfinite(self, step: int, entries: Iterable[NonfiniteEntry]) -> None:
         """Record the tensors found holding NaN/Inf at ``step`` (in execution order; see
@@ -310,8 +301,8 @@ class NumericsWriter:
         """Write the hand-written records of the current step as one event (under the
         lock)."""
         if self._step_records:
-            items, self._step_records = self._step_records, []
-            self._write_items(self._records_step, items, [])
+            step = self._step_records.step
+            self._write_items(step, self._step_records.take(), [])
 
     def _write_items(self, step: int, items: list[RecordItem], extra: list) -> None:
         """One event of ``items`` and ``extra`` values at ``step`` (under the lock)."""

@@ -1,10 +1,27 @@
 """The statistics engine: exponent histograms, scalar statistics and cast counts.
 
 It turns tensors into ``TensorStats`` and those into the disk format's ``NumericsRecord``
-(``tandv_tb.disk.record``); the disk format never imports the engine.
+(``tandv_tb.disk.record``); the disk format never imports the engine. Which kernel reads a
+torch tensor, for its statistics and for the non-finite watch, is the ``TANDV_TB_KERNEL``
+switch's (``_kernel_choice``: ``kernel_setting``, ``torch_kernel``, ``watch_kernel``).
 """
 
-from tandv_tb.stats.engine import Pending, compute, fetch, tensor_stats
+from tandv_tb.stats._kernel_choice import failed as kernel_failed
+from tandv_tb.stats._kernel_choice import setting as kernel_setting
+from tandv_tb.stats._kernel_choice import torch_kernel, triton_watch, watch_kernel
+from tandv_tb.stats.engine import Pending, compute, compute_many, fetch, tensor_stats
 from tandv_tb.stats.tensor_stats import TensorStats
 
-__all__ = ["Pending", "TensorStats", "compute", "fetch", "tensor_stats"]
+__all__ = [
+    "Pending",
+    "TensorStats",
+    "compute",
+    "compute_many",
+    "fetch",
+    "kernel_failed",
+    "kernel_setting",
+    "tensor_stats",
+    "torch_kernel",
+    "triton_watch",
+    "watch_kernel",
+]

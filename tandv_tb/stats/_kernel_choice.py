@@ -16,7 +16,13 @@ memory, a CUDA device that is not the current one) goes to the array kernel: cou
 CUDA tensor goes to the array kernel with one warning naming ``pip install triton``; where
 a launch fails (Triton cannot compile for this GPU, say: ``failed``), that one and every
 later tensor do too. An unknown value raises ``ValueError`` naming the allowed ones, at
-the first tensor.
+the first tensor (the PyTorch tracker checks it at ``track``).
+
+The torch tracker's non-finite watch follows the switch too (``watch_kernel``): the Triton
+watch kernel where the statistics would take the Triton kernels (where it cannot take a
+tensor, torch operations on the tensor's device, counted and warned as above); torch
+operations on the tensor's device under ``array``; the host's own reading of CPU tensors
+under ``auto`` and ``cpu``.
 """
 
 from __future__ import annotations
@@ -34,17 +40,22 @@ CHOICES = ("auto", "cpu", "array", "triton")
 #: Tensors sent to the array kernel because the Triton kernel could not take them, by
 #: reason (a process-wide tally; each reason is warned about once).
 fallbacks: collections.Counter = collections.Counter()
+_STATISTICS_INSTEAD = "computes its statistics with the array kernel instead of the Triton kernel"
 #: Why the Triton kernels are not used any more in this process (``failed``), or "".
 _broken = ""
 
 
 def setting() -> str:
-    """The switch's value (read at each call, so that it may change between runs)."""
-    value = os.environ.get(ENV, "").strip().lower() or "auto"
+    """The switch's value (read at each call, so that it may change between runs: a
+    test's ``monkeypatch.setenv`` takes effect at once)."""
+    return _parsed(os.environ.get(ENV, ""))
+
+
+@functools.cache
+def _parsed(raw: str) -> str:
+    value = raw.strip().lower() or "auto"
     if value not in CHOICES:
-        raise ValueError(
-            f"{ENV}={os.environ[ENV]!r} is not a kernel: expected one of {', '.join(CHOICES)}"
-        )
+        raise ValueError(f"{ENV}={raw!r} is not a kernel: expected one of {', '.join(CHOICES)}")
     return value
 
 
@@ -66,6 +77,37 @@ def triton_launch():
     return launch
 
 
+@functools.cache
+def triton_watch():
+    """The Triton watch module, or ``None`` where ``triton`` does not import (warned once,
+    by ``triton_launch``)."""
+    if triton_launch() is None:
+        return None
+    return importlib.import_module("tandv_tb.stats._triton_watch")
+
+
+def watch_kernel(tensor, choice: str | None = None) -> str:
+    """How the non-finite watch reads a torch tensor under the switch (``choice``, where
+    the caller read ``setting()`` already): ``cpu`` (a host tensor under ``auto`` or
+    ``cpu``: read at once on the host), ``triton`` (the Triton watch kernel) or ``array``
+    (torch operations on the tensor's device, read at ``step()``: every tensor under
+    ``array``)."""
+    choice = choice or setting()
+    if choice != "triton":
+        if tensor.is_cpu:
+            return "array" if choice == "array" else "cpu"
+        if choice != "auto" or not tensor.is_cuda:
+            return "array"
+    module = triton_watch()
+    if module is None or _broken:
+        return "array"
+    reason = module.unsupported_reason(tensor)
+    if reason is None:
+        return "triton"
+    _fall_back(reason, "watches it for NaN/Inf with torch operations instead of the Triton watch")
+    return "array"
+
+
 def torch_kernel(tensor, formats: tuple[str, ...]) -> str:
     """``cpu``, ``array`` or ``triton``: the kernel for a torch tensor under the switch."""
     choice = setting()
@@ -85,13 +127,12 @@ def torch_kernel(tensor, formats: tuple[str, ...]) -> str:
     return "array"
 
 
-def _fall_back(reason: str) -> None:
+def _fall_back(reason: str, instead: str = _STATISTICS_INSTEAD) -> None:
     fallbacks[reason] += 1
     if fallbacks[reason] == 1:
         warnings.warn(
-            f"{reason}: tandv_tb computes its statistics with the array kernel instead of "
-            "the Triton kernel (same results, more operations); further such tensors are "
-            "counted in tandv_tb.stats._kernel_choice.fallbacks",
+            f"{reason}: tandv_tb {instead} (same results, more operations); further such "
+            "tensors are counted in tandv_tb.stats._kernel_choice.fallbacks",
             RuntimeWarning,
             stacklevel=4,
         )

@@ -57,19 +57,26 @@ def unpack(dtype: str, formats: tuple[str, ...], packed: np.ndarray) -> TensorSt
 
 def unsupported_reason(tensor, formats: tuple[str, ...]) -> str | None:
     """Why the kernels cannot read ``tensor`` (a torch tensor), or ``None``: a dtype they do
-    not read, values not dense in memory (or, with block formats, not in row order), a
-    device they do not run on here (``_triton_runtime.elsewhere``)."""
+    not read, values not dense in memory (or, with block formats, rows not each in one
+    piece), a device they do not run on here (``_triton_runtime.elsewhere``).
+
+    With block formats the rows may lie in any order (a block's counts do not depend on
+    where it lies): a permuted tensor whose last dimension is its densest (the gradient
+    of a batch-first attention output, say) is read as it lies."""
     dtype = float_dtype_name(tensor.dtype)
     if dtype not in DTYPES:
         return f"the Triton kernels do not read {dtype} tensors"
     elsewhere = runtime.elsewhere(tensor)
     if elsewhere:
         return elsewhere
-    if not tensor.is_contiguous():
-        if kernel_tables(float_dtype_name(tensor.dtype), formats).has_blocks:
-            return "block formats need the values in row order (a contiguous tensor)"
-        if not runtime.dense(tensor):
-            return "the values are not dense in memory (a strided view)"
+    if tensor.is_contiguous():
+        return None
+    if not runtime.dense(tensor):
+        return "the values are not dense in memory (a strided view)"
+    rows_whole = tensor.shape[-1] == 1 or tensor.stride(-1) == 1
+    has_blocks = kernel_tables(float_dtype_name(tensor.dtype), formats).has_blocks
+    if has_blocks and not rows_whole:
+        return "block formats need each row's values side by side (last dimension densest)"
     return None
 
 

@@ -61,7 +61,8 @@ def compute(tensor: object, formats: Sequence[str] = (), *, threads: int | None 
     if reason is not None or module not in ("torch", "jax", "jaxlib", "numpy"):
         raise TypeError(reason or f"expected a float tensor, got a {type(tensor).__name__}")
     if module == "torch":
-        return _compute_torch(tensor, formats, threads)
+        kernel = _kernel_choice.torch_kernel(tensor, formats)
+        return _compute_torch(tensor, formats, threads, kernel)
     if module in ("jax", "jaxlib"):
         return _compute_jax(tensor, formats, threads)
     return _compute_numpy(np.asarray(tensor), formats, threads)
@@ -89,12 +90,12 @@ def _compute_numpy(array: np.ndarray, formats: tuple[str, ...], threads: int | N
     return Pending(dtype, formats, ready=stats)
 
 
-def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None) -> Pending:
+def _compute_torch(tensor, formats: tuple[str, ...], threads: int | None, kernel: str) -> Pending:
+    """A torch tensor's statistics by ``kernel`` (``_kernel_choice.torch_kernel``'s)."""
     import torch
 
     dtype = float_dtype_name(tensor.dtype)
     wide = torch.float64 if dtype == "float64" else torch.float32
-    kernel = _kernel_choice.torch_kernel(tensor, formats)
     if kernel == "triton":  # reads the memory: no detached view needed
         try:
             return _compute_triton(tensor, dtype, formats)
@@ -126,21 +127,26 @@ def _compute_triton(values, dtype: str, formats: tuple[str, ...]) -> Pending:
     return Pending(dtype, formats, packed=packed, offset=offset)
 
 
-def compute_many(tensors: Sequence, formats: Sequence[str] = ()) -> list[Pending]:
+def compute_many(
+    tensors: Sequence, formats: Sequence[str] = (), *, threads: int | None = None
+) -> list[Pending]:
     """``compute`` of many torch tensors (the weights, gradients and optimizer state read
     at ``step()``): those the Triton kernels take, in a few launches per device and dtype
-    into one buffer per device; the others one by one."""
+    into one buffer per device; the others one by one (``threads`` as ``compute``)."""
     import torch
 
     formats = fmt.check_formats(formats)
     pending: list[Pending | None] = [None] * len(tensors)
     fused: dict = {}
     for i, tensor in enumerate(tensors):
-        fusable = isinstance(tensor, torch.Tensor) and untrackable_reason(tensor) is None
-        if fusable and _kernel_choice.torch_kernel(tensor, formats) == "triton":
+        if not isinstance(tensor, torch.Tensor) or untrackable_reason(tensor) is not None:
+            pending[i] = compute(tensor, formats, threads=threads)  # raises TypeError
+            continue
+        kernel = _kernel_choice.torch_kernel(tensor, formats)
+        if kernel == "triton":
             fused.setdefault(tensor.device, []).append(i)
         else:
-            pending[i] = compute(tensor, formats)
+            pending[i] = _compute_torch(tensor, formats, threads, kernel)
     launch = _kernel_choice.triton_launch() if fused else None
     for device, members in fused.items():
         values = [tensors[i] for i in members]
@@ -152,7 +158,7 @@ def compute_many(tensors: Sequence, formats: Sequence[str] = ()) -> list[Pending
         except Exception as error:  # as in ``_compute_torch``
             _kernel_choice.failed(error)
             for i in members:
-                pending[i] = compute(tensors[i], formats)
+                pending[i] = compute(tensors[i], formats, threads=threads)
             continue
         for i, value, offset in zip(members, values, offsets):
             pending[i] = Pending(

@@ -9,8 +9,9 @@ gradients, optimizer state), ``recorder`` (statistics started on the tensor's de
 ``memo`` (a tensor seen twice in a step), ``ranks`` (the distributed side of a tracker:
 how tensors lie over the ranks, ``parallel_layout``; combining them, ``distributed``;
 per-rank runs, ``rank_runs``), ``pipeline_stage`` (a pipeline stage tracked as part of
-the whole model), ``watch`` (NaN/Inf on every step), ``naming`` and ``skips``. What the
-JAX tracker shares is in ``tandv_tb.tracking``.
+the whole model), ``watch`` (NaN/Inf on every step; ``device_watch``: the Triton watch's
+counters on a device), ``naming`` and ``skips``. What the JAX tracker shares is in
+``tandv_tb.tracking``.
 """
 
 from tandv_tb.torch.attaching import attach

@@ -10,12 +10,13 @@ public way to ask whether a tensor changed since it was read.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 import torch
 
 Value = TypeVar("Value")
+_UNKNOWN = object()
 
 
 class TensorMemo(Generic[Value]):
@@ -33,12 +34,37 @@ class TensorMemo(Generic[Value]):
         over, whose buffer inductor may rewrite unseen: ``Tracker._receive``)."""
         if not reuse:
             return compute(tensor)
+        known = self._known(tensor)
+        if known is not _UNKNOWN:
+            return known
+        value = compute(tensor)
+        self._keep(tensor, value)
+        return value
+
+    def get_many(
+        self,
+        tensors: Sequence[torch.Tensor],
+        compute_many: Callable[[list[torch.Tensor]], Sequence[Value]],
+    ) -> list[Value]:
+        """``get`` of many tensors, those not seen before given to one ``compute_many``."""
+        values: list = [self._known(tensor) for tensor in tensors]
+        missing = [i for i, value in enumerate(values) if value is _UNKNOWN]
+        if missing:
+            computed = compute_many([tensors[i] for i in missing])
+            for i, value in zip(missing, computed):
+                self._keep(tensors[i], value)
+                values[i] = value
+        return values
+
+    def _keep(self, tensor: torch.Tensor, value: Value) -> None:
+        self._seen[id(tensor)] = (weakref.ref(tensor), tensor._version, value)
+
+    def _known(self, tensor: torch.Tensor) -> object:
+        """What ``compute`` gave for this tensor at this version, or ``_UNKNOWN``."""
         seen = self._seen.get(id(tensor))
         if seen is not None and seen[0]() is tensor and seen[1] == tensor._version:
             return seen[2]
-        value = compute(tensor)
-        self._seen[id(tensor)] = (weakref.ref(tensor), tensor._version, value)
-        return value
+        return _UNKNOWN
 
     def clear(self) -> None:
         self._seen = {}

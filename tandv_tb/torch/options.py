@@ -6,6 +6,7 @@ import dataclasses
 
 import torch
 
+from tandv_tb.stats import kernel_setting
 from tandv_tb.tracking.options import TrackOptions
 
 
@@ -29,4 +30,5 @@ class TorchOptions(TrackOptions):
             raise TypeError(
                 f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
             )
+        kernel_setting()  # TANDV_TB_KERNEL: a ValueError naming the kernels, before any hook
         super().__post_init__()

@@ -62,10 +62,12 @@ class Parameters:
             yield from ((p.name, p.parameter) for p in self._optimizer_parameters())
 
     def record(self, recorder: Recorder, tensors: Iterator[Named]) -> None:
-        """Record ``tensors`` (from ``gradients`` or ``weights_and_state``)."""
-        for p, tensor_type, tensor in tensors:
-            spread = recorder.layout.of_parameter(p.name, tensor)
-            recorder.record(p.name, tensor_type, p.module_type, p.order, tensor, spread=spread)
+        """Record ``tensors`` (from ``gradients`` or ``weights_and_state``), together."""
+        spread = recorder.layout.of_parameter
+        recorder.record_many(
+            (p.name, tensor_type, p.module_type, p.order, tensor, spread(p.name, tensor))
+            for p, tensor_type, tensor in tensors
+        )
 
     def gradients(self, selected: Callable[[str], bool]) -> Iterator[Named]:
         """Every selected weight gradient there is now."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -13,6 +13,9 @@ from tandv_tb.torch.parallel_layout import ParallelLayout, Spread, local
 from tandv_tb.torch.skips import untrackable_reason
 from tandv_tb.tracking.skips import SkipLog
 from tandv_tb.tracking.step_buffer import Entry, StepBuffer
+
+#: What ``Recorder.record_many`` takes per tensor: ``record``'s arguments, ``spread`` told.
+Item = tuple[str, str, str, int, torch.Tensor, Spread]
 
 
 class Recorder:
@@ -66,26 +69,58 @@ class Recorder:
         """
         if spread is None:
             spread = self.layout.of_data(name, tensor)
-        if spread is Spread.ELSEWHERE:
+        values = self._values(name, tensor_type, tensor, spread)
+        if values is None:
             return
-        if spread is Spread.PARTIAL:
-            self._skips.skip(name, tensor_type, "a DTensor with pending partial sums")
-            return
-        tensor = local(tensor)
-        reason = untrackable_reason(tensor)
-        if reason is None:
-            try:
-                pending = self._computed.get(tensor, self._compute, reuse)
-            except Exception as error:  # tracking never stops training
-                reason = f"{type(error).__name__}: {error}"
-        if reason is not None:
-            self._skips.skip(name, tensor_type, reason)
+        try:
+            pending = self._computed.get(values, self._compute, reuse)
+        except Exception as error:  # tracking never stops training
+            self._skips.skip(name, tensor_type, f"{type(error).__name__}: {error}")
             return
         self.buffer.add(name, tensor_type, module_type, pending, order=order, spread=spread)
+
+    def record_many(self, items: Iterable[Item]) -> None:
+        """``record`` of many tensors (what ``step()`` reads), their statistics computed
+        together (``stats.compute_many``: a few launches for all of them on a device)."""
+        taken = []
+        for name, tensor_type, module_type, order, tensor, spread in items:
+            values = self._values(name, tensor_type, tensor, spread)
+            if values is not None:
+                taken.append((name, tensor_type, module_type, order, values, spread))
+        try:
+            pending = self._computed.get_many([item[4] for item in taken], self._compute_many)
+        except Exception:  # one by one, so that each says what failed
+            for item in taken:
+                self.record(*item)
+            return
+        for (name, tensor_type, module_type, order, _, spread), part in zip(taken, pending):
+            self.buffer.add(name, tensor_type, module_type, part, order=order, spread=spread)
+
+    def _values(
+        self, name: str, tensor_type: str, tensor: torch.Tensor, spread: Spread
+    ) -> torch.Tensor | None:
+        """The values of ``tensor`` this rank records, or None (a replica another rank
+        counts; pending partial sums or a tensor without float values: skipped)."""
+        if spread is Spread.ELSEWHERE:
+            return None
+        if spread is Spread.PARTIAL:
+            self._skips.skip(name, tensor_type, "a DTensor with pending partial sums")
+            return None
+        tensor = local(tensor)
+        reason = untrackable_reason(tensor)
+        if reason is not None:
+            self._skips.skip(name, tensor_type, reason)
+            return None
+        return tensor
 
     def skip(self, name: str, tensor_type: str, reason: str) -> None:
         """Say, once, that ``name`` is not recorded and why."""
         self._skips.skip(name, tensor_type, reason)
 
+    # The engine reads the values without autograd (no ``detach``: on a device that is an
+    # operation per tensor, which the Triton kernels, reading memory, do without).
     def _compute(self, tensor: torch.Tensor) -> Pending:
-        return stats.compute(tensor.detach(), self.formats, threads=1)
+        return stats.compute(tensor, self.formats, threads=1)
+
+    def _compute_many(self, tensors: list[torch.Tensor]) -> list[Pending]:
+        return stats.compute_many(tensors, self.formats, threads=1)

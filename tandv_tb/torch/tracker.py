@@ -278,8 +278,8 @@ def track(
     tensorboardX) to write into instead of ``logdir``.
 
     The non-finite watch (``watch_nonfinite=True``) checks every step, tracked or not, for
-    NaN/Inf in the tensors tracked steps record (one ``sum`` per CPU tensor; on another
-    device, counts, or sums for what ``step()`` reads, kept there and read once at
+    NaN/Inf in the tensors tracked steps record (read at once on the CPU; on a GPU counted
+    there, by one Triton launch per tensor, or by torch operations, and read once at
     ``step()``). At a step where some hold NaN/Inf it writes their names, tensor types
     and NaN, +Inf and -Inf counts in execution order (outputs in forward order, gradients
     in backward order, then weight gradients, weights and optimizer state), and the next

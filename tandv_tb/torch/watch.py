@@ -20,11 +20,16 @@ lies, without a host sync per tensor:
   parallel numba kernel pays: both compete with torch's own threads for the cores
   (bench/RESULTS.md).
 - a tensor on another device by its NaN, +Inf and -Inf counts, computed there and kept
-  there until ``step()``, which reads all of them in one transfer per device. The
-  weights and optimizer state read at ``step()``, unchanged until the watch's counts are
-  read, are checked there by one sum each (one operation, not ten: on a GPU a step's
-  hundreds of small operations cost more than their arithmetic) and counted only where
-  the sum is not finite.
+  there until ``step()``, which reads all of them in one transfer per device:
+  - where the switch sends it to Triton (``TANDV_TB_KERNEL``: a CUDA tensor where
+    ``triton`` imports; with ``triton`` every tensor, also a CPU one in Triton's
+    interpreter, which is then watched exactly as on a GPU), by the Triton watch kernel
+    into a slot of one counter buffer per device (``device_watch``): one launch per
+    hooked tensor, one per dtype for everything read at ``step()``;
+  - else by torch operations. The weights and optimizer state read at ``step()``,
+    unchanged until the watch's counts are read, are checked there by one sum each (one
+    operation, not ten: on a GPU a step's hundreds of small operations cost more than
+    their arithmetic) and counted only where the sum is not finite.
 
 On a tracked step the counts come from the step's statistics, at no extra cost
 (``tandv_tb.disk.nonfinite_record.entries_from_stats``). In a combined distributed run the ranks
@@ -44,7 +49,9 @@ import torch
 import torch.distributed as dist
 
 from tandv_tb.disk.nonfinite_record import NonfiniteEntry, merge
+from tandv_tb.stats import kernel_failed, kernel_setting, watch_kernel
 from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
+from tandv_tb.torch.device_watch import SLOT_WIDTH, Counters, Slot
 from tandv_tb.torch.distributed import collectively
 from tandv_tb.torch.memo import TensorMemo
 from tandv_tb.torch.parallel_layout import ParallelLayout, Spread, local
@@ -74,9 +81,10 @@ class _Summed:
         self.total = _wide_sum(tensor)
 
 
-#: What the watch found in one tensor: its NaN, +Inf and -Inf counts (on its device, or
-#: read), its sum still to read (``_Summed``), or None where it holds no NaN/Inf.
-Counts = tuple[int, ...] | torch.Tensor | _Summed | None
+#: What the watch found in one tensor: its NaN, +Inf and -Inf counts (on its device, in a
+#: slot of the Triton watch's counters, or read), its sum still to read (``_Summed``), or
+#: None where it holds no NaN/Inf.
+Counts = tuple[int, ...] | torch.Tensor | Slot | _Summed | None
 
 
 def _counts(tensor: torch.Tensor) -> torch.Tensor:
@@ -92,10 +100,6 @@ def _read_counts(tensor: torch.Tensor) -> tuple[int, ...]:
     return tuple(_counts(tensor.detach()).tolist())
 
 
-def _on_host(tensor: torch.Tensor) -> bool:
-    return tensor.is_cpu
-
-
 def _dense(tensor: torch.Tensor) -> bool:
     """Whether ``tensor``'s values fill one block of memory from its ``data_ptr()``, in the
     order of its dimensions or another (a transposed gradient), not broadcast or sliced."""
@@ -106,12 +110,11 @@ def _dense(tensor: torch.Tensor) -> bool:
 
 
 def _block_format(tensor: torch.Tensor) -> str | None:
-    """The format to read ``tensor``'s bit patterns in, where it is a CPU tensor dense in
-    memory that torch does not sum faster; else None."""
+    """The format to read a CPU tensor's bit patterns in, where it is dense in memory and
+    torch does not sum it faster; else None."""
     format_name = _PATTERN_FORMATS.get(tensor.dtype)
     if (
         format_name is not None
-        and _on_host(tensor)
         and (tensor.dtype.itemsize == 2 or tensor.numel() < _SUMMED_FROM)
         and _dense(tensor)
     ):
@@ -128,9 +131,12 @@ def _wide_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.sum(dtype=torch.float32 if tensor.dtype.itemsize < 4 else None)
 
 
-def _sum_is_finite(tensor: torch.Tensor) -> bool:
-    """Whether the sum of a CPU tensor is finite."""
-    return math.isfinite(_wide_sum(tensor).item())
+def _host_counts(tensor: torch.Tensor) -> Counts:
+    """A CPU tensor (large, not dense in memory, or float8) counted where its sum is not
+    finite, else None."""
+    if math.isfinite(_wide_sum(tensor).item()):
+        return None
+    return _read_counts(tensor)
 
 
 class _Blocks:
@@ -163,8 +169,10 @@ class Watch:
 
     def __init__(self, layout: ParallelLayout) -> None:
         self._layout = layout
-        self._found: list[tuple[str, str, tuple[int, ...] | torch.Tensor]] = []
+        self._found: list[tuple[str, str, Counts]] = []
         self._checked: TensorMemo[Counts] = TensorMemo()  # a tensor's counts, or None
+        self._counters = Counters()  # the Triton watch's, on each device
+        self._setting = ""  # TANDV_TB_KERNEL, read once a step (``_kernel``)
 
     def check(
         self,
@@ -208,30 +216,56 @@ class Watch:
         local = self._local(tensor, spread)
         if local is None:
             return None
+        kernel = self._kernel(local)
+        if kernel == "triton":
+            return self._triton([local])[0]
+        if kernel == "array":
+            return _counts(local.detach())
         format_name = _block_format(local)
         if format_name is None:
-            return self._counts(local.detach())
+            return _host_counts(local.detach())
         if nonfinite_in(local.data_ptr(), local.numel(), format_name):
             return _read_counts(local)
         return None
+
+    def _kernel(self, tensor: torch.Tensor) -> str:
+        """``watch_kernel`` of ``tensor``, the switch read at the step's first tensor."""
+        if not self._setting:
+            self._setting = kernel_setting()
+        return watch_kernel(tensor, self._setting)
+
+    def _triton(self, tensors: list[torch.Tensor]) -> list[Counts]:
+        """Slots of the Triton watch's counters for ``tensors`` (or, where a launch fails,
+        their counts by torch operations from now on: ``kernel_failed``)."""
+        try:
+            if len(tensors) == 1:
+                return [self._counters.add(tensors[0])]
+            return list(self._counters.add_many(tensors))
+        except Exception as error:  # Triton cannot compile for this GPU, say
+            kernel_failed(error)
+            return [_counts(tensor.detach()) for tensor in tensors]
 
     def _read(self, tensors: list[tuple[torch.Tensor, Spread]], unchanged: bool) -> list[Counts]:
         """What each of ``tensors`` holds (None also for a tensor passed over), the blocks
         of each format read in one call."""
         found: list[Counts] = [None] * len(tensors)
         blocks = _Blocks()
+        triton: dict[int, torch.Tensor] = {}
         for slot, (tensor, spread) in enumerate(tensors):
             try:
                 local = self._local(tensor, spread)
                 if local is None:
                     continue
-                format_name = _block_format(local)
-                if format_name is not None:
+                kernel = self._kernel(local)
+                format_name = _block_format(local) if kernel == "cpu" else None
+                if kernel == "triton":
+                    triton[slot] = local
+                elif format_name is not None:
                     blocks.add(slot, local, format_name)
-                elif unchanged and not _on_host(local):
-                    found[slot] = _Summed(local.detach())
+                elif kernel == "array":
+                    found[slot] = _Summed(local.detach()) if unchanged else _counts(local.detach())
                 else:
-                    found[slot] = self._counts(local.detach())
+                    found[slot] = _host_counts(local.detach())
             except Exception:  # an exotic tensor: the watch passes it over
                 continue
         try:
@@ -239,6 +273,10 @@ class Watch:
                 found[slot] = _read_counts(tensor)
         except Exception:  # never expected: the watch passes the step's blocks over
             pass
+        if triton:
+            found_by_triton = self._triton(list(triton.values()))
+            for slot, counts in zip(triton, found_by_triton):
+                found[slot] = counts
         return found
 
     def _local(self, tensor: torch.Tensor, spread: Spread) -> torch.Tensor | None:
@@ -249,29 +287,26 @@ class Watch:
         tensor = local(tensor)
         return None if untrackable_reason(tensor) else tensor
 
-    @staticmethod
-    def _counts(tensor: torch.Tensor) -> Counts:
-        """Counts on the device; on the CPU (a large tensor, one not dense in memory, or
-        float8) counts where its sum is not finite, else None."""
-        if not _on_host(tensor):
-            return _counts(tensor)
-        if _sum_is_finite(tensor):
-            return None
-        return _read_counts(tensor)
-
     def drain(self) -> list[NonfiniteEntry]:
         """The step's entries (one transfer per device, and one more per tensor whose
         sum is not finite); the watch is empty afterwards."""
         found, self._found = self._found, []
         self._checked.clear()
-        on_device: dict[torch.device, list[int]] = {}
+        self._setting = ""
+        counters = self._counters.used()
+        on_device: dict[torch.device, list[int]] = {device: [] for device in counters}
         for i, (_, _, counts) in enumerate(found):
             if isinstance(counts, _Summed | torch.Tensor):
                 on_device.setdefault(_on_device(counts).device, []).append(i)
         host: dict[int, tuple[int, ...]] = {}
-        for indices in on_device.values():
+        slots: dict[torch.device, list[int]] = {}  # the counters read, by device
+        for device, indices in on_device.items():
             parts = [_on_device(found[i][2]).reshape(-1).double() for i in indices]
-            values = iter(torch.cat(parts).tolist())
+            if device in counters:
+                parts.insert(0, counters[device].double())
+            values = iter((parts[0] if len(parts) == 1 else torch.cat(parts)).tolist())
+            if device in counters:
+                slots[device] = [int(v) for v in itertools.islice(values, parts.pop(0).numel())]
             for i, part in zip(indices, parts):
                 read = list(itertools.islice(values, part.numel()))
                 counts = found[i][2]
@@ -281,6 +316,11 @@ class Watch:
                     host[i] = _read_counts(counts.tensor)
                 else:
                     host[i] = (0, 0, 0)
+        self._counters.clear()
+        for i, (_, _, counts) in enumerate(found):
+            if isinstance(counts, Slot):
+                start = SLOT_WIDTH * counts.index
+                host[i] = tuple(slots[counts.device][start : start + SLOT_WIDTH])
         return merge((n, t, host.get(i, c)) for i, (n, t, c) in enumerate(found))
 
 

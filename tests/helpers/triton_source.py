@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tandv_tb import formats as fmt
+from tandv_tb.disk.record import NumericsRecord
 from tandv_tb.stats import engine
 from tandv_tb.stats.tensor_stats import TensorStats
 from tests.helpers.reference import torch_tensor
@@ -77,7 +78,11 @@ def all_patterns(dtype: str, pad_to: int = 1) -> np.ndarray:
 def assert_same_stats(got: TensorStats, want: TensorStats) -> None:
     """Every count of two kernels' statistics equal (bins, casts, blocks and their scale
     exponents); the statistics and the block formats' sums within ``RTOL``."""
-    a, b = got.to_record(), want.to_record()
+    assert_same_records(got.to_record(), want.to_record())
+
+
+def assert_same_records(a: NumericsRecord, b: NumericsRecord) -> None:
+    """``assert_same_stats`` of two records (as a tracker writes them)."""
     for key in ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count"):
         assert getattr(a, key) == getattr(b, key), key
     assert a.exponent_histogram() == b.exponent_histogram()

@@ -61,13 +61,29 @@ def test_an_unknown_setting_is_a_value_error_naming_the_choices(monkeypatch):
 def test_tensors_the_kernels_cannot_take_fall_back_counted_and_warned_once(monkeypatch, fallbacks):
     monkeypatch.setenv("TANDV_TB_KERNEL", "triton")
     strided = triton_source.tensor(np.arange(60, dtype=np.float32).reshape(6, 10))[:, ::3]
-    with pytest.warns(RuntimeWarning, match="row order") as warned:
+    with pytest.warns(RuntimeWarning, match="not dense") as warned:
         pending = [engine.compute(strided, FORMATS) for _ in range(3)]
     assert len(warned) == 1 and all(_kernel_of(p) == "array" for p in pending)
     assert sum(fallbacks.values()) == 3
     assert_same_stats(engine.fetch(pending)[0], cpu_stats(strided, FORMATS))
     permuted = triton_source.tensor(np.arange(60, dtype=np.float32).reshape(6, 10)).t()
     assert _kernel_of(engine.compute(permuted, ("float8_e5m2",))) == "triton"  # no blocks
+    with pytest.warns(RuntimeWarning, match="side by side"):  # blocks across rows
+        assert _kernel_of(engine.compute(permuted, FORMATS)) == "array"
+
+
+def test_rows_in_another_order_are_read_as_they_lie(monkeypatch, fallbacks):
+    """A permuted tensor whose rows are each in one piece (the gradient of a batch-first
+    attention output: strides (32, 64, 1)) takes the Triton kernels with block formats:
+    its blocks are the same, in another order."""
+    monkeypatch.setenv("TANDV_TB_KERNEL", "triton")
+    rng = np.random.default_rng(4)
+    values = np.asarray(rng.standard_normal((16, 2, 40)) * 2.0 ** rng.integers(-9, 9, 40))
+    rows = triton_source.tensor(values.astype(np.float32)).transpose(0, 1)
+    assert not rows.is_contiguous() and rows.stride(-1) == 1
+    pending = engine.compute(rows, FORMATS)
+    assert _kernel_of(pending) == "triton" and not fallbacks
+    assert_same_stats(engine.fetch([pending])[0], cpu_stats(rows, FORMATS))
 
 
 def test_without_triton_one_warning_names_pip_install(monkeypatch):

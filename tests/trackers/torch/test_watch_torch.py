@@ -17,8 +17,12 @@ from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
 from tandv_tb.torch import track, watch
 from tandv_tb.torch.parallel_layout import ParallelLayout, Spread
 from tests.helpers.torch_models import GPT, NanGradient, gpt_loss
+from tests.helpers.triton_source import TRITON
 
 NAN, INF = float("nan"), float("inf")
+#: ``TANDV_TB_KERNEL`` values that watch CPU tensors as a GPU's: by torch operations, and
+#: by the Triton watch (in Triton's interpreter; where triton is installed).
+DEVICE_KERNELS = ["array", *(["triton"] if TRITON else [])]
 EXECUTION_ORDER = ["Activation", "Gradient", "Weight_Gradient", "Weight"]
 
 
@@ -100,9 +104,11 @@ def test_nan_off_the_cadence_is_named_and_the_next_step_is_tracked(tmp_path):
     assert not any(e.tensor_type.startswith("Optimiser") for s in found for e in s.entries)
 
 
-def test_counts_kept_on_the_device_give_the_same_record(tmp_path, monkeypatch):
-    """The path for GPU tensors (counts computed on the device, read at ``step()``), here
-    taken by CPU tensors: no GPU on the test machines."""
+@pytest.mark.parametrize("kernel", DEVICE_KERNELS)
+def test_counts_kept_on_the_device_give_the_same_record(tmp_path, monkeypatch, kernel):
+    """The paths for GPU tensors (counts computed on the device by torch operations or by
+    the Triton watch, read at ``step()``), here taken by CPU tensors (``TANDV_TB_KERNEL``;
+    Triton's in its interpreter): no GPU on the test machines."""
 
     def run(logdir):
         poison = Poison({7: [NAN, NAN, INF, -INF, NAN]})
@@ -111,7 +117,7 @@ def test_counts_kept_on_the_device_give_the_same_record(tmp_path, monkeypatch):
         return read_nonfinite(logdir)
 
     on_host = run(tmp_path / "host")
-    monkeypatch.setattr(watch, "_on_host", lambda tensor: False)
+    monkeypatch.setenv("TANDV_TB_KERNEL", kernel)
     assert run(tmp_path / "device") == on_host
     assert on_host[0].step == 7
 
@@ -127,10 +133,12 @@ class WithUnused(nn.Module):
         return self.second(self.first(x))
 
 
-def test_weights_checked_on_the_device_by_their_sums_give_the_same_record(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernel", DEVICE_KERNELS)
+def test_weights_checked_on_the_device_give_the_same_record(tmp_path, monkeypatch, kernel):
     """At ``step()`` a device's weights and optimizer state are checked by their sums and
-    counted where a sum is not finite: the host's entries, and none for finite values
-    whose sum overflows (here taken by CPU tensors: no GPU on the test machines)."""
+    counted where a sum is not finite (``array``), or counted by the Triton watch: the
+    host's entries, and none for finite values whose sum overflows (here taken by CPU
+    tensors: no GPU on the test machines)."""
 
     def run(logdir):
         torch.manual_seed(0)
@@ -151,19 +159,21 @@ def test_weights_checked_on_the_device_by_their_sums_give_the_same_record(tmp_pa
         return read_nonfinite(logdir)
 
     on_host = run(tmp_path / "host")
-    monkeypatch.setattr(watch, "_on_host", lambda tensor: False)
+    monkeypatch.setenv("TANDV_TB_KERNEL", kernel)
     assert run(tmp_path / "device") == on_host
     assert [(s.step, s.entries) for s in on_host] == [
         (3, (NonfiniteEntry("Weight", "first.weight", 2, 1, 1),))
     ]
 
 
+@pytest.mark.parametrize("kernel", DEVICE_KERNELS)
 @pytest.mark.parametrize(
     "dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e5m2, torch.float8_e4m3fn]
 )
-def test_the_sums_at_step_count_like_the_host_in_every_dtype(monkeypatch, dtype):
-    """``check_all`` of tensors that stay unchanged, on a device (by their sums) and on
-    the host: the same entries, for NaN/Inf and for finite values whose sum overflows."""
+def test_the_sums_at_step_count_like_the_host_in_every_dtype(monkeypatch, dtype, kernel):
+    """``check_all`` of tensors that stay unchanged, on a device (by their sums, or by the
+    Triton watch) and on the host: the same entries, for NaN/Inf and for finite values
+    whose sum overflows."""
     largest = torch.finfo(dtype).max
     tensors = [
         ("clean", torch.randn(300)),
@@ -180,7 +190,7 @@ def test_the_sums_at_step_count_like_the_host_in_every_dtype(monkeypatch, dtype)
         return check.drain()
 
     on_host = drained()
-    monkeypatch.setattr(watch, "_on_host", lambda tensor: False)
+    monkeypatch.setenv("TANDV_TB_KERNEL", kernel)
     assert drained() == on_host
     want = {}
     for name, _, tensor in named:
