@@ -15,6 +15,7 @@ up (each imports only modules listed before it):
   (held between queries, never leaving the package); ``lru``; ``series``: what the routes
   get (``LayerSeries``, ``LayerGrid``, ``ScalarSeries``, ``Needs``);
 - ``reader``: every read of the store; ``held``: columns kept between requests;
+  ``assemble``: one tag's series out of the columns read for several tags;
 - ``store``: ``NumericsStore``.
 """
 

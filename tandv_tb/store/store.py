@@ -23,22 +23,20 @@ from pathlib import Path
 
 import numpy as np
 
-from tandv_tb.disk.metadata import TagInfo
 from tandv_tb.disk.nonfinite_record import NonfiniteStep
 from tandv_tb.disk.record import NumericsRecord
-from tandv_tb.disk.record_columns import decode_rows, decode_tensor
+from tandv_tb.disk.record_columns import decode_tensor
 from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat, Format
 from tandv_tb.storage.locations import StorageError
+from tandv_tb.store import assemble
 from tandv_tb.store.database import Database
 from tandv_tb.store.held import HeldColumns
-from tandv_tb.store.layout import HeldLayout
 from tandv_tb.store.logdir import Logdir, first_tags_of
 from tandv_tb.store.reader import Reader
 from tandv_tb.store.reader_process import ReaderProcess
 from tandv_tb.store.rows import Rows
 from tandv_tb.store.run_ids import RunIds
 from tandv_tb.store.series import (
-    Bins,
     BlockHistory,
     LayerGrid,
     LayerSeries,
@@ -53,8 +51,6 @@ logger = logging.getLogger(__name__)
 REFRESH_SECS = 1.0
 #: Runs whose first tags are read between two looks at whether the store closes.
 FIRST_TAGS_AT_ONCE = 64
-#: ``{tag: (tag_id, its metadata or None where refused, malformed records)}``
-StoredTags = dict[str, tuple[int, TagInfo | None, int]]
 
 
 class NumericsStore:
@@ -172,7 +168,7 @@ class NumericsStore:
         return self._reader.has_tags()
 
     # -- tags ----------------------------------------------------------------------------------
-    def tags(self, run: str) -> StoredTags:
+    def tags(self, run: str) -> assemble.StoredTags:
         """Every tag of this plugin in the run, with its id and metadata."""
         table = self._updates.tables.get(run)
         return {} if table is None else self._reader.tags(run, table)
@@ -275,13 +271,13 @@ class NumericsStore:
         """Every held step of each tag, with the columns ``needs`` names (a tag the store
         does not hold: no step)."""
         stored = self.tags(run)
-        known = [_usable(stored, tag) for tag in tags]
+        known = [assemble.usable(stored, tag) for tag in tags]
         present = [found[0] for found in known if found is not None]
         version = self.version(run)
         layout, columns = self._held.read(run, version, present, needs.columns)
         per_format = estimated = None
         if needs.format is not None:
-            recorded, estimated = _recorded(known, needs.format)
+            recorded, estimated = assemble.recorded(known, needs.format)
             if recorded:
                 per_format = self._held.per_format(
                     run,
@@ -298,7 +294,7 @@ class NumericsStore:
             else None
         )
         return [
-            _layer(tag, found, layout, columns, per_format, vectors, needs.format)
+            assemble.layer(tag, found, layout, columns, per_format, vectors, needs.format)
             for tag, found in zip(tags, known)
         ]
 
@@ -308,7 +304,7 @@ class NumericsStore:
         (nothing is estimated): a heatmap computes on one matrix instead of layer by
         layer. None otherwise (use ``series``)."""
         stored = self.tags(run)
-        known = [_usable(stored, tag) for tag in tags]
+        known = [assemble.usable(stored, tag) for tag in tags]
         if not known or any(found is None for found in known):
             return None
         wanted = needs.format
@@ -340,7 +336,7 @@ class NumericsStore:
     def block_history(self, run: str, tag: str, format: BlockFormat) -> BlockHistory | None:
         """Every held step of what the block format ``format`` does to ``tag``; None where
         the tag did not record it (or the store does not hold the tag)."""
-        found = _usable(self.tags(run), tag)
+        found = assemble.usable(self.tags(run), tag)
         index = None if found is None else found[1].position(format)
         if index is None:
             return None
@@ -357,7 +353,7 @@ class NumericsStore:
     def record(self, run: str, tag: str, step: int | None) -> tuple[int, NumericsRecord] | None:
         """The held step of ``tag`` nearest to ``step`` (the last when None; the earlier
         one on a tie) and its record; None when the tag has no readable step."""
-        found = _usable(self.tags(run), tag)
+        found = assemble.usable(self.tags(run), tag)
         if found is None:
             return None
         tag_id, info, _ = found
@@ -369,82 +365,6 @@ class NumericsStore:
         data, offsets = read.vectors
         vector = np.frombuffer(data[offsets[-2] : offsets[-1]], dtype=np.uint8)
         return int(held[row]), decode_tensor(vector, info)
-
-
-def _usable(stored: StoredTags, tag: str) -> tuple[int, TagInfo, int] | None:
-    """``(tag_id, info, malformed records)`` of a tag the store holds with readable
-    metadata, else None."""
-    found = stored.get(tag)
-    return found if found is not None and found[1] is not None else None
-
-
-def _recorded(
-    known: list[tuple[int, TagInfo, int] | None], format: Format
-) -> tuple[dict[int, int], list[int]]:
-    """Where the tags hold ``format``: ``{tag_id: its position in the tag's section}`` of
-    the tags that recorded it, and the tags whose casts are to be estimated (where it is
-    ``estimable`` and they did not record it)."""
-    recorded, estimated = {}, []
-    for found in known:
-        if found is None:
-            continue
-        tag_id, info, _ = found
-        position = info.position(format)
-        if position is not None:
-            recorded[tag_id] = position
-        elif format.estimable:
-            estimated.append(tag_id)
-    return recorded, estimated
-
-
-def _layer(
-    tag: str,
-    found: tuple[int, TagInfo, int] | None,
-    layout: HeldLayout,
-    columns: dict[str, np.ndarray],
-    per_format: dict[str, np.ndarray] | Rows | None,
-    vectors: Rows | None,
-    format: Format | None,
-) -> LayerSeries:
-    """One tag's ``LayerSeries`` out of the columns read for several tags."""
-    if found is None:  # -1: no tag's id, no rows
-        empty = {name: layout.part(values, -1) for name, values in columns.items()}
-        return LayerSeries(tag, (), layout.steps_of(-1), empty)
-    tag_id, info, malformed = found
-    series = LayerSeries(
-        info.name,
-        info.recorded,
-        layout.steps_of(tag_id),
-        {name: layout.part(values, tag_id) for name, values in columns.items()},
-        skipped_steps=malformed,
-    )
-    if format is None:
-        return series
-    if format in series.formats and per_format is not None:
-        if isinstance(per_format, dict):
-            parts = {k: layout.part(v, tag_id) for k, v in per_format.items()}
-        else:
-            first, last = per_format.index.bounds(tag_id)
-            parts = {k: v[first:last] for k, v in per_format.columns.items()}
-        series.columns.update({format.column_key(k): v for k, v in parts.items()})
-    elif vectors is not None:
-        series.bins = _bins(vectors, tag_id, len(info.formats), len(info.block_formats))
-    return series
-
-
-def _bins(vectors: Rows, tag_id: int, n_formats: int, n_blocks: int) -> Bins:
-    """The exponent histograms of one tag's rows, decoded from their stored vectors."""
-    start, end = vectors.index.bounds(tag_id)
-    data, offsets = vectors.vectors
-    part = data[offsets[start] : offsets[end]]
-    sizes = np.diff(offsets[start : end + 1])
-    decoded = decode_rows(
-        part,
-        sizes,
-        np.full(end - start, n_formats, dtype=np.int64),
-        n_blocks=np.full(end - start, n_blocks, dtype=np.int64),
-    )
-    return Bins(decoded.bins_lo, decoded.bin_starts, decoded.bins)
 
 
 def _nearest(steps: np.ndarray, step: int) -> int:
