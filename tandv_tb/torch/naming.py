@@ -33,6 +33,25 @@ def unwrap(module: nn.Module) -> nn.Module:
     return module if inner is None else unwrap(inner)
 
 
+def wrappers(module: nn.Module) -> list[nn.Module]:
+    """The wrappers around the user's model (``unwrap``), outermost first."""
+    found = []
+    inner = _wrapped(module)
+    while inner is not None:
+        found.append(module)
+        module, inner = inner, _wrapped(inner)
+    return found
+
+
+def has_compiled_code(module: nn.Module) -> bool:
+    """Whether ``module`` or a module in it is compiled (``torch.compile(m)`` wraps it,
+    ``m.compile()`` marks it; the attributes are pinned by tests)."""
+    return any(
+        hasattr(m, "_orig_mod") or getattr(m, "_compiled_call_impl", None) is not None
+        for m in module.modules()
+    )
+
+
 def root_name(module: nn.Module) -> str:
     """The name of the root module's own output: its class name (``GPT``, ``Sequential``;
     ``GPT`` too once FSDP2's ``fully_shard`` has made it an ``FSDPGPT``)."""

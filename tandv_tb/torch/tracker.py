@@ -17,6 +17,7 @@ from tandv_tb.step_buffer import merged
 from tandv_tb.torch import graph_op, naming
 from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.distributed import RanksLost
+from tandv_tb.torch.graph_capture import GraphCapture
 from tandv_tb.torch.hooks import ModuleHooks, _in_backward
 from tandv_tb.torch.inputs import InputHooks
 from tandv_tb.torch.options import TorchOptions
@@ -67,7 +68,7 @@ class Tracker(TrackerBase):
         self._watch = watch
         self._track_activations = options.track_activations
         self._root_label = naming.root_name(module)
-        if _compiled(module):  # its compiled code would not see the hooks put on below
+        if naming.has_compiled_code(module):  # its compiled code would not see the hooks
             torch.compiler.reset()
             if not graph_op.HOOKS_IN_GRAPH:
                 warnings.warn(
@@ -92,6 +93,7 @@ class Tracker(TrackerBase):
         if options.track_inputs:
             self._inputs = InputHooks(*hooks_of, stage)
             self._inputs.receiver_key = self._receiver_key
+        self._graph = GraphCapture(module, options.only_training, stage, enabled=ranks.writes)
         self._attachments = Attachments(
             module,
             self._hooks.record_tensor,
@@ -154,6 +156,7 @@ class Tracker(TrackerBase):
         if self._inputs is not None:
             self._inputs.emitting = in_graph
         self._attachments.set_active(emitting)
+        self._graph.start_step(self._active)
 
     def _receive(self, name: str, tensor_type: str, module_type: str, tensor: torch.Tensor) -> None:
         """A tensor a compiled graph hands over (``graph_op``), taken as the eager hooks
@@ -222,6 +225,7 @@ class Tracker(TrackerBase):
         if self._ran_compiled:
             self._check_root_gradients()
         entries = self._recorder.drain()
+        self._graph.end_step(self._writer, self._step, entries)
         parts = merged(entries, stats.fetch([p for e in entries for p in e.parts]))
         results, per_rank = self._ranks.combine(list(zip(entries, parts)))
         found = self._nonfinite(results + [(e, s) for _, e, s in per_rank])
@@ -304,6 +308,7 @@ class Tracker(TrackerBase):
         to the per-rank runs, closed here."""
         self._ranks.close()
         self._hooks.remove()
+        self._graph.remove()
         graph_op.unregister(self._receiver_key)
         if self._optimizer_hook is not None:
             self._optimizer_hook.remove()
@@ -337,15 +342,6 @@ def _stepping_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimiz
     ):
         return _stepping_optimizer(inner)
     return optimizer
-
-
-def _compiled(module: nn.Module) -> bool:
-    """Whether ``module`` or a module in it is compiled (``torch.compile(m)`` wraps it,
-    ``m.compile()`` marks it; the attributes are pinned by tests)."""
-    return any(
-        hasattr(m, "_orig_mod") or getattr(m, "_compiled_call_impl", None) is not None
-        for m in module.modules()
-    )
 
 
 def track(

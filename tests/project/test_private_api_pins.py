@@ -160,17 +160,38 @@ def test_to_local_keeps_the_dtensor_spec_and_a_pipeline_stage_its_metadata():
 
 
 def test_module_compile_marks_the_module_and_optimizers_keep_their_step_hooks():
-    from tandv_tb.torch.tracker import _compiled, _stepping_optimizer
+    from tandv_tb.torch.naming import has_compiled_code
+    from tandv_tb.torch.tracker import _stepping_optimizer
 
     message = _changed("torch", torch.__version__, "Module._compiled_call_impl")
     module = torch.nn.Linear(2, 2)
     assert getattr(module, "_compiled_call_impl", None) is None, message
     module.compile()
-    assert module._compiled_call_impl is not None and _compiled(module), message
+    assert module._compiled_call_impl is not None and has_compiled_code(module), message
     optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
     message = _changed("torch", torch.__version__, "Optimizer._optimizer_step_pre_hooks")
     assert hasattr(optimizer, "_optimizer_step_pre_hooks"), message
     assert _stepping_optimizer(optimizer) is optimizer, message
+
+
+def test_a_modules_hooks_live_in_its_attributes_named_hooks_and_views_keep_their_base():
+    """``graph_replay``'s shadow of a module drops its hooks by the names of the dicts that
+    hold them; ``graph_recording`` follows a view autograd does not follow by its
+    ``_base``."""
+    from tandv_tb.torch.graph_replay import _shadow
+
+    message = _changed("torch", torch.__version__, "where Module keeps its hooks")
+    fired = []
+    module = torch.nn.Linear(2, 2)
+    module.register_forward_pre_hook(lambda *a: fired.append("pre"), with_kwargs=True)
+    module.register_forward_hook(lambda *a: fired.append("post"), always_call=True)
+    module.register_full_backward_pre_hook(lambda *a: fired.append("backward pre"))
+    module.register_full_backward_hook(lambda *a: fired.append("backward"))
+    _shadow(module, {})(torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert fired == [], message
+    base = torch.ones(4)
+    message = _changed("torch", torch.__version__, "Tensor._base")
+    assert base.view(2, 2)[0]._base is base, message
 
 
 def test_an_ordered_effect_keeps_an_operator_that_returns_nothing_in_order():
