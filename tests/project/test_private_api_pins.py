@@ -11,6 +11,8 @@ set up their hooks), ``tandv_tb.torch.graph_op`` (an operator's ordered effect),
 ``tandv_tb.torch.parallel_layout`` (the DTensor spec ``to_local``'s autograd node keeps,
 the values of an ``AsyncCollectiveTensor``),
 ``tandv_tb.torch.pipeline_stage`` (a pipeline stage's metadata),
+``tandv_tb.torch.graph_replay`` and ``graph_recording`` (where a module keeps its hooks, a
+view's ``_base``), ``tandv_tb.jax.graph_capture`` (the equation a traced array came from),
 ``tandv_tb.jax.compiled`` (``_jit_info`` of ``jax.jit``, the attributes of ``nnx.jit``'s
 wrappers) and ``tandv_tb.stats._xla_cpu`` (XLA FFI structures read at fixed offsets).
 """
@@ -220,6 +222,28 @@ def test_an_ordered_effect_keeps_an_operator_that_returns_nothing_in_order():
 
 
 # ---------------------------------------------------------------- jax.jit and nnx.jit
+
+
+def test_a_traced_array_keeps_the_equation_that_made_it():
+    """``tandv_tb.jax.graph_capture`` follows a traced array back to the arrays it was
+    computed from: ``DynamicJaxprTracer.parent.in_tracers``, under differentiation through
+    the tracers' ``primal``. Without them the JAX graph has edges by identity only."""
+    import jax
+
+    message = _changed("jax", jax.__version__, "DynamicJaxprTracer.parent.in_tracers, .primal")
+    seen = []
+
+    def f(x):
+        y = x * 2
+        z = y + 1
+        seen.append((y, z))
+        return z.sum()
+
+    jax.jit(jax.grad(f))(jax.numpy.ones(3))
+    y, z = seen[0]
+    while hasattr(y, "primal"):
+        y, z = y.primal, z.primal
+    assert any(t is y for t in z.parent.in_tracers), message
 
 
 def test_jax_jit_keeps_its_function_and_options():
