@@ -13,13 +13,7 @@ import dataclasses
 import warnings
 from collections.abc import Iterable, Mapping
 
-from tandv_tb.disk.graph_record import (
-    GraphEdge,
-    GraphNode,
-    ModelGraph,
-    TensorSpec,
-    invocation_id,
-)
+from tandv_tb.disk.graph_record import ModelGraph, TensorSpec, invocation_id
 
 
 class GraphCaptureWarning(RuntimeWarning):
@@ -41,10 +35,6 @@ class _Call:
     extra: Mapping[str, object]
     outputs: tuple[TensorSpec, ...] = ()
 
-    @property
-    def specs(self) -> tuple:
-        return self.inputs, self.outputs, self.extra
-
 
 class CallGraph:
     """The calls of one forward pass, as they begin and end, and the edges between them."""
@@ -60,6 +50,11 @@ class CallGraph:
     def running(self) -> str | None:
         """The innermost call running now (None at the top)."""
         return self._running[-1] if self._running else None
+
+    @property
+    def last(self) -> str | None:
+        """The call begun last (None before the first)."""
+        return self._calls[-1].id if self._calls else None
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -113,11 +108,21 @@ class CallGraph:
 
     def graph(self) -> ModelGraph:
         """The graph: nodes in call order, edges by their target's order, then their
-        source's (the same graph gives the same record)."""
+        source's (the same graph gives the same record). Given to ``ModelGraph`` as JSON
+        objects, which it checks and builds once."""
         order = {c.id: i for i, c in enumerate(self._calls)}
-        nodes = tuple(
-            GraphNode(c.id, c.layer, c.module_type, c.parent, order[c.id], *c.specs)
+        nodes = [
+            {
+                "id": c.id,
+                "layer": c.layer,
+                "module_type": c.module_type,
+                "parent": c.parent,
+                "order": order[c.id],
+                "inputs": c.inputs,
+                "outputs": c.outputs,
+                "extra": c.extra,
+            }
             for c in self._calls
-        )
+        ]
         edges = sorted(self._edges, key=lambda e: (order[e[1]], order[e[0]]))
-        return ModelGraph(nodes, tuple(GraphEdge(s, t) for s, t in edges))
+        return ModelGraph(nodes, [{"source": s, "target": t} for s, t in edges])

@@ -139,7 +139,9 @@ class GraphCapture:
     def _taking(self) -> Recording | None:
         """The recording eager calls go to now (None: none, or not these calls)."""
         recording = self._recording
-        if recording is None or recording.finished or _in_backward() or self._stage.inferring():
+        if recording is None or recording.finished or _in_backward():
+            return None
+        if self._stage is not WHOLE_MODEL and self._stage.inferring():
             return None
         return recording
 
@@ -171,6 +173,8 @@ class GraphCapture:
             if self._replay_args is not None and recording.at_top:
                 (args, kwargs), self._replay_args = self._replay_args, None
                 self._replay(args, kwargs)
+            elif recording.finished:  # built now: the autograd nodes it holds are let go
+                self._graph = recording.graph()
         except Exception as error:
             self._fail(error)
 

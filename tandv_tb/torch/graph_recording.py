@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -37,26 +37,32 @@ from tandv_tb.disk.graph_record import ModelGraph, TensorSpec
 from tandv_tb.graph_builder import CallGraph
 from tandv_tb.torch import naming
 
-_NONE: frozenset[str] = frozenset()
+_NONE: tuple[str, ...] = ()
 #: How deep containers are searched for tensors (a cache object holding lists of lists...).
 _MAX_DEPTH = 6
 
 
-def tensors_in(value: object, depth: int = 0) -> Iterator[torch.Tensor]:
+def tensors_in(value: object) -> list[torch.Tensor]:
     """The tensors in a call's arguments or output, depth first."""
+    found: list[torch.Tensor] = []
+    _collect(value, found, 0)
+    return found
+
+
+def _collect(value: object, found: list, depth: int) -> None:
     if isinstance(value, torch.Tensor):
-        yield value
-    elif depth < _MAX_DEPTH:
-        if isinstance(value, Mapping):
-            items = value.values()
-        elif isinstance(value, (tuple, list)):
-            items = value
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            items = [getattr(value, f.name, None) for f in dataclasses.fields(value)]
-        else:
-            return
-        for item in items:
-            yield from tensors_in(item, depth + 1)
+        found.append(value)
+    elif isinstance(value, (tuple, list)):
+        if depth < _MAX_DEPTH:
+            for item in value:
+                _collect(item, found, depth + 1)
+    elif isinstance(value, Mapping):
+        if depth < _MAX_DEPTH:
+            for item in value.values():
+                _collect(item, found, depth + 1)
+    elif depth < _MAX_DEPTH and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _collect(getattr(value, field.name, None), found, depth + 1)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -64,15 +70,21 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    name = _DTYPE_NAMES.get(tensor.dtype)
+    if name is None:
+        name = _DTYPE_NAMES[tensor.dtype] = dtype_name(tensor.dtype)
+    return name
+
+
 def _spec(tensor: torch.Tensor) -> TensorSpec | None:
     try:
-        return TensorSpec(tuple(int(d) for d in tensor.shape), dtype_name(tensor.dtype))
+        return TensorSpec(tuple(tensor.shape), _dtype(tensor))
     except Exception:  # a tensor without a plain shape (a jagged nested tensor)
         return None
-
-
-def specs(value: object) -> list[TensorSpec]:
-    return [s for s in map(_spec, tensors_in(value)) if s is not None]
 
 
 def module_extra(module: nn.Module) -> dict:
@@ -82,7 +94,7 @@ def module_extra(module: nn.Module) -> dict:
     except Exception:  # a module whose extra_repr fails says nothing more
         text = ""
     parameters = [
-        {"name": name, "shape": [int(d) for d in p.shape], "dtype": dtype_name(p.dtype)}
+        {"name": name, "shape": list(p.shape), "dtype": _dtype(p)}
         for name, p in module._parameters.items()
         if p is not None
     ]
@@ -106,7 +118,7 @@ class Recording:
         self._running: list[tuple[nn.Module, str | None]] = []
         self._made_by: dict[object, str] = {}  # autograd node -> the call that returned it
         self._made_by_identity: dict[int, tuple[weakref.ref, str]] = {}
-        self._memo: dict[object, frozenset[str]] = {}  # autograd node -> calls it comes from
+        self._memo: dict[object, tuple[str, ...]] = {}  # autograd node -> calls it comes from
         self._extras: dict[int, dict] = {}
         self.finished = False
 
@@ -131,7 +143,7 @@ class Recording:
         if not take or (self._running and self._running[-1][1] is None):
             self._running.append((module, None))
             return
-        inputs = list(tensors_in((args, kwargs)))
+        inputs = tensors_in((args, kwargs))
         extra = self._extras.get(id(module))
         if extra is None:
             extra = self._extras[id(module)] = module_extra(module)
@@ -155,11 +167,14 @@ class Recording:
         del self._running[index:]
         if call is None:  # a call left out
             return
-        outputs = list(tensors_in(output))
+        outputs = tensors_in(output)
         self._calls.end(call, [s for s in map(_spec, outputs) if s])
+        # A call without calls inside computes its output from its inputs (already edges).
+        inner = self._calls.last != call
         for tensor in outputs:
-            for source in self._output_sources(tensor):
-                self._calls.edge(source, call)
+            if inner:
+                for source in self._output_sources(tensor):
+                    self._calls.edge(source, call)
             self._made(tensor, call)
         if module is self._root and not self._running:
             self.finished = True
@@ -170,18 +185,18 @@ class Recording:
         return self._calls.graph() if self.started else None
 
     # -- sources -------------------------------------------------------------------------
-    def _sources(self, tensor: torch.Tensor) -> frozenset[str]:
+    def _sources(self, tensor: torch.Tensor) -> tuple[str, ...]:
         """The calls whose outputs ``tensor`` was computed from (the nearest ones)."""
         node = tensor.grad_fn
         if node is not None:
             made = self._made_by.get(node)
-            return frozenset((made,)) if made is not None else self._walk(node)
+            return (made,) if made is not None else self._walk(node)
         made = self._identity(tensor)
         if made is None and tensor._base is not None:  # a view autograd does not follow
             made = self._identity(tensor._base)
-        return _NONE if made is None else frozenset((made,))
+        return _NONE if made is None else (made,)
 
-    def _output_sources(self, tensor: torch.Tensor) -> frozenset[str]:
+    def _output_sources(self, tensor: torch.Tensor) -> tuple[str, ...]:
         """What a call's output was computed from: the call that returned it already (a
         child whose output it returns, or a call outside for a module returning its
         input), or the sources of the nodes its own node was computed from."""
@@ -193,43 +208,45 @@ class Recording:
             if parent is not None:
                 made = self._made_by.get(parent)
                 found.update((made,) if made is not None else self._walk(parent))
-        return frozenset(found)
+        return tuple(found)
 
     def _identity(self, tensor: torch.Tensor) -> str | None:
         known = self._made_by_identity.get(id(tensor))
         return known[1] if known is not None and known[0]() is tensor else None
 
-    def _walk(self, start: object) -> frozenset[str]:
+    def _walk(self, start: object) -> tuple[str, ...]:
         """The calls reached first going back from the autograd node ``start`` (memoized;
         iterative, as a deep model's graph is deeper than Python's recursion limit)."""
         memo, made_by = self._memo, self._made_by
         known = memo.get(start)
         if known is not None:
             return known
-        stack: list[tuple[object, bool]] = [(start, False)]
-        parents: dict[object, list] = {}
+        stack = [start]
         while stack:
-            node, expanded = stack.pop()
+            node = stack[-1]
             if node in memo:
+                stack.pop()
                 continue
-            if not expanded:
-                nexts = parents[node] = [n for n, _ in node.next_functions if n is not None]
-                stack.append((node, True))
-                stack.extend((n, False) for n in nexts if n not in memo and n not in made_by)
+            parents = [n for n, _ in node.next_functions if n is not None]
+            waiting = [n for n in parents if n not in memo and n not in made_by]
+            if waiting:  # their answers first
+                stack.extend(waiting)
                 continue
+            stack.pop()
             found: set[str] = set()
-            for parent in parents.pop(node):
+            for parent in parents:
                 made = made_by.get(parent)
                 if made is not None:
                     found.add(made)
                 else:
                     found.update(memo[parent])
-            memo[node] = frozenset(found) if found else _NONE
+            memo[node] = tuple(found) if found else _NONE
         return memo[start]
 
     def _made(self, tensor: torch.Tensor, call: str) -> None:
         """``tensor`` was returned by ``call``: it belongs to it, unless a call inside
-        ``call`` returned it first."""
+        ``call`` returned it first. Known by its autograd node, or (without one) by
+        identity."""
         node = tensor.grad_fn
         if node is not None:
             before = self._made_by.get(node)
@@ -237,6 +254,7 @@ class Recording:
                 if node in self._memo:  # walked through before it was an output: stale
                     self._memo.clear()
                 self._made_by[node] = call
+            return
         known = self._made_by_identity.get(id(tensor))
         if known is None or known[0]() is not tensor or not self._calls.inside(known[1], call):
             self._made_by_identity[id(tensor)] = (weakref.ref(tensor), call)

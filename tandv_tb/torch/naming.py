@@ -47,7 +47,7 @@ def has_compiled_code(module: nn.Module) -> bool:
     """Whether ``module`` or a module in it is compiled (``torch.compile(m)`` wraps it,
     ``m.compile()`` marks it; the attributes are pinned by tests)."""
     return any(
-        hasattr(m, "_orig_mod") or getattr(m, "_compiled_call_impl", None) is not None
+        "_orig_mod" in m._modules or m.__dict__.get("_compiled_call_impl") is not None
         for m in module.modules()
     )
 
