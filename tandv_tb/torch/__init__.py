@@ -8,7 +8,9 @@ optimizer state), ``recorder`` (statistics started on the tensor's device), ``me
 tensor seen twice in a step), ``ranks`` (the distributed side of a tracker: how tensors
 lie over the ranks, ``parallel_layout``; combining them, ``distributed``; per-rank runs,
 ``rank_runs``), ``pipeline_stage`` (a pipeline stage tracked as part of the whole model),
-``watch`` (NaN/Inf on every step), ``naming`` and ``skips``. What the JAX tracker shares is in
+``watch`` (NaN/Inf on every step), ``graph_capture`` (the model's graph: when, and from
+which forward; ``graph_recording`` builds it from hooks, ``graph_replay`` for compiled
+models), ``naming`` and ``skips``. What the JAX tracker shares is in
 ``tandv_tb.tracker_base``, ``tandv_tb.tracking``, ``tandv_tb.step_buffer``,
 ``tandv_tb.orders`` and ``tandv_tb.leaf_names``.
 """

@@ -10,7 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
-from tandv_tb.graph_builder import GraphCaptureWarning
+from tandv_tb import GraphCaptureWarning
 from tandv_tb.jax import track
 from tandv_tb.jax.graph_capture import GraphRecording
 from tests.helpers.jax_models import GPT, MLP, NnxMLP, gpt_loss, mlp_batch, mlp_loss, tokens

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
-from tandv_tb.graph_builder import GraphCaptureWarning
+from tandv_tb import GraphCaptureWarning
 from tandv_tb.torch import track
 from tandv_tb.torch.graph_recording import Recording
 from tests.helpers.compiled_training import NanoGPT, assert_same_training, train_nanogpt
