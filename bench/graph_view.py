@@ -1,8 +1,8 @@
 """Benchmark of the Numerics tab's Graph view on a large model (not a test).
 
 A Hugging Face Llama of 48 decoder layers built from a config (about 630 module calls):
-its graph, recorded by module hooks over one forward (``tests/helpers/model_graphs.py``,
-until the trackers record graphs), written with ``NumericsWriter.add_graph``, beside the
+its graph, as the PyTorch tracker records it over one training forward
+(``tests/helpers/model_graphs.llama_graph``), written with ``NumericsWriter.add_graph``, beside the
 overflow of float8_e4m3fn of every module's activation over ``--steps`` steps. A real
 ``tensorboard`` serves it; Chromium (Playwright) opens the tab and, timed inside the page
 from the user's action to the next frame drawn after it:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, ``__getatt
         validate,
         write_frame,
     )
+    from tandv_tb.tracking.graph_builder import GraphCaptureWarning
     from tandv_tb.writer import NumericsWriter, WriteFailureWarning
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ __all__ = [
     "DataWarning",
     "EstimateWarning",
     "findings",
+    "GraphCaptureWarning",
     "NumericsWriter",
     "SchemaError",
     "read_frame",
@@ -48,6 +50,7 @@ _EXPORTS = {
     "DataWarning": "tandv_tb.frame",
     "EstimateWarning": "tandv_tb.frame",
     "findings": "tandv_tb.diagnosis",
+    "GraphCaptureWarning": "tandv_tb.tracking.graph_builder",
     "NumericsWriter": "tandv_tb.writer",
     "SchemaError": "tandv_tb.frame",
     "read_frame": "tandv_tb.frame",

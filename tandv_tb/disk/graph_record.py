@@ -213,6 +213,8 @@ def _count(value: object, where: str, field: str) -> int:
 
 def _spec(item: object, where: str) -> TensorSpec:
     if isinstance(item, TensorSpec):
+        if type(item.dtype) is str and item.dtype and _dims(item.shape):  # as built
+            return item
         item = {"shape": item.shape, "dtype": item.dtype}
     if not isinstance(item, Mapping) or set(item) != {"shape", "dtype"}:
         raise GraphError(f'{where}: expected {{"shape": [...], "dtype": str}}, got {item!r}')
@@ -221,6 +223,11 @@ def _spec(item: object, where: str) -> TensorSpec:
         raise GraphError(f"{where}: 'shape' should be a list of ints >= 0, got {shape!r}")
     dims = tuple(_count(d, where, "shape") for d in shape)
     return TensorSpec(dims, _text(item["dtype"], where, "dtype"))
+
+
+def _dims(shape: object) -> bool:
+    """Whether ``shape`` is a tuple of ints >= 0 (the quick check of a ``TensorSpec``)."""
+    return type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape)
 
 
 def _spec_json(spec: TensorSpec) -> dict:

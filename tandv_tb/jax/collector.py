@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,9 @@ from tandv_tb.jax.skips import Verdict, untrackable
 from tandv_tb.stats.engine import Pending
 from tandv_tb.tracking.leaf_names import map_leaves
 from tandv_tb.tracking.skips import SkipLog
+
+if TYPE_CHECKING:  # the graph's recording holds no collector
+    from tandv_tb.jax.graph_capture import GraphRecording
 
 OUTPUT_TYPES = ("Activation", "Gradient")
 
@@ -76,6 +80,30 @@ class Collector:
         self._state = get_opaque_trace_state()
         # One computation per array: a root module's output is often its last child's.
         self._computed: dict[int, tuple[jax.Array, Pending]] = {}
+        #: The model's graph, where this pass records it (``graph_capture``).
+        self.graph: GraphRecording | None = None
+
+    def call_begins(self, name: str, module_type: str, module: object, args, kwargs) -> object:
+        """A module call begins, given ``args`` and ``kwargs`` (for the graph); what
+        ``call_ends`` takes when it returns."""
+        graph = self.graph
+        if graph is None or graph.failed is not None:
+            return None
+        try:
+            return graph.begin(name, module_type, module, args, kwargs)
+        except Exception as error:  # recording the graph never stops training
+            graph.failed = f"{type(error).__name__}: {error}"
+            return None
+
+    def call_ends(self, call: object, output: object) -> None:
+        """The call ``call_begins`` began returned ``output`` (as its caller gets it)."""
+        graph = self.graph
+        if graph is None or graph.failed is not None or call is None:
+            return
+        try:
+            graph.end(call, output)
+        except Exception as error:
+            graph.failed = f"{type(error).__name__}: {error}"
 
     def owns_current_trace(self) -> bool:
         return get_opaque_trace_state() == self._state

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from tandv_tb.jax.collector import Collector, Slot
-from tandv_tb.jax.interception import intercepting
+from tandv_tb.jax.interception import run_intercepted
 
 
 class UnsupportedJit(Exception):
@@ -134,8 +134,7 @@ class TrackedFunction:
         @functools.wraps(inner)
         def traced(*args, **kwargs):
             collector = new_collector()
-            with intercepting(collector, args, kwargs):
-                outputs = inner(*args, **kwargs)
+            outputs = run_intercepted(collector, inner, args, kwargs)
             slots, counts, moments = collector.pack()
             on_trace(collector)
             self._layouts.append(slots)

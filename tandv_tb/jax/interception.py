@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tandv_tb.jax import attaching, linen, nnx_modules
 from tandv_tb.jax.collector import Collector
@@ -22,3 +22,13 @@ def intercepting(collector: Collector, args: tuple, kwargs: dict) -> Iterator[No
     ):
         yield
     collector.finish()
+
+
+def run_intercepted(collector: Collector, fn: Callable, args: tuple, kwargs: dict) -> object:
+    """``fn(*args, **kwargs)`` with module outputs recorded into ``collector``; the
+    model's graph it records (``collector.graph``) is told what ``fn`` returned."""
+    with intercepting(collector, args, kwargs):
+        outputs = fn(*args, **kwargs)
+    if collector.graph is not None:
+        collector.graph.returned(args, kwargs, outputs)
+    return outputs

@@ -39,10 +39,13 @@ def intercepting(collector: Collector) -> Iterator[None]:
                 return next_fun(*args, **kwargs)
         name = module_name(context.module, context.method_name)
         module_type = type(context.module).__name__
+        call = collector.call_begins(name, module_type, context.module, args, kwargs)
         args, kwargs = collector.module_inputs(name, module_type, args, kwargs)
         with attaching.module_scope(module_name(context.module, "__call__")):
             output = next_fun(*args, **kwargs)
-        return collector.module_output(name, module_type, output)
+        output = collector.module_output(name, module_type, output)
+        collector.call_ends(call, output)
+        return output
 
     with linen.intercept_methods(interceptor):
         yield

@@ -108,14 +108,18 @@ def _wrapped_call(original):
             return original(self, *args, **kwargs)
         name = active.names(self)  # on entry: a root names its submodules before they run
         module_type = type(self).__name__
-        args, kwargs = active.collector.module_inputs(name, module_type, args, kwargs)
+        collector = active.collector
+        call = collector.call_begins(name, module_type, self, args, kwargs)
+        args, kwargs = collector.module_inputs(name, module_type, args, kwargs)
         active.running.add(id(self))
         try:
             with attaching.module_scope(name):
                 output = original(self, *args, **kwargs)
         finally:
             active.running.discard(id(self))
-        return active.collector.module_output(name, module_type, output)
+        output = collector.module_output(name, module_type, output)
+        collector.call_ends(call, output)
+        return output
 
     call.__tandv_original__ = original
     return call

@@ -11,7 +11,8 @@ from tandv_tb.disk.nonfinite_record import entries_from_stats
 from tandv_tb.jax import kernels, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
-from tandv_tb.jax.interception import intercepting
+from tandv_tb.jax.graph_capture import FunctionGraph
+from tandv_tb.jax.interception import run_intercepted
 from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
@@ -59,6 +60,7 @@ class Tracker(TrackerBase):
         self._functions: dict[tuple[str, int, bool], tuple[Callable, dict, TrackedFunction]] = {}
         self._results = StepResults()
         self._watch = WatchResults() if options.watch_nonfinite else None
+        self._graph = FunctionGraph()
 
     def intercept(self, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)``, recording the output of every Flax module called in it
@@ -83,9 +85,8 @@ class Tracker(TrackerBase):
             else:
                 self._results.add_packed(packed)
             return outputs
-        collector = self._new_collector(watch)
-        with intercepting(collector, args, kwargs):
-            outputs = fn(*args, **kwargs)
+        collector = self._new_collector(watch, fn)
+        outputs = run_intercepted(collector, fn, args, kwargs)
         if watch:
             self._watch.add(collector.entries)
             return outputs
@@ -94,12 +95,20 @@ class Tracker(TrackerBase):
             self._results.add(Item(name, tensor_type, module_type, pending))
         return outputs
 
-    def _new_collector(self, watch: bool = False) -> Collector | WatchCollector:
-        return WatchCollector(self._config) if watch else Collector(self._config)
+    def _new_collector(self, watch: bool, function: object) -> Collector | WatchCollector:
+        """The collector of a pass of ``function``; on a tracked one, with the graph's
+        recording where the graph is wanted (``graph_capture``)."""
+        if watch:
+            return WatchCollector(self._config)
+        collector = Collector(self._config)
+        collector.graph = self._graph.recording_for(function)
+        return collector
 
     def _learn(self, collector: Collector) -> None:
         for name, module_type in collector.module_types.items():
             self._module_types.setdefault(name, module_type)
+        if collector.graph is not None:
+            self._graph.recorded(collector.graph)
 
     def _tracked(self, fn: Callable, watch: bool = False) -> TrackedFunction | Callable | None:
         """The tracked version of a jitted ``fn`` (with ``watch``, the watch's version), made
@@ -122,7 +131,7 @@ class Tracker(TrackerBase):
         # outputs are not the arrays the function returned).
         count_outputs = output_counts if watch and unwrapped.flavour == "jax" else None
         tracked = TrackedFunction(
-            unwrapped, lambda: self._new_collector(watch), self._learn, count_outputs
+            unwrapped, lambda: self._new_collector(watch, unwrapped.fun), self._learn, count_outputs
         )
         self._functions[key] = (unwrapped.fun, unwrapped.options, tracked)
         return tracked
@@ -243,6 +252,9 @@ class Tracker(TrackerBase):
             found = entries_from_stats((r.name, r.tensor_type, r.stats) for r in records)
         if self._writer is not None:
             self._writer.add_records(self._step, items, nonfinite=found)
+            graph = self._graph.take()
+            if graph is not None:
+                self._writer.add_graph(graph, self._step)
         return bool(found)
 
     def _pending(self) -> bool:

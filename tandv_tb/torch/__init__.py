@@ -10,7 +10,9 @@ gradients, optimizer state), ``recorder`` (statistics started on the tensor's de
 how tensors lie over the ranks, ``parallel_layout``; combining them, ``distributed``;
 per-rank runs, ``rank_runs``), ``pipeline_stage`` (a pipeline stage tracked as part of
 the whole model), ``watch`` (NaN/Inf on every step; ``device_watch``: the Triton watch's
-counters on a device), ``naming`` and ``skips``. What the JAX tracker shares is in
+counters on a device), ``graph_capture`` (the model's graph: when, and from which
+forward; ``graph_recording`` builds it from hooks, ``graph_replay`` for compiled
+models), ``naming`` and ``skips``. What the JAX tracker shares is in
 ``tandv_tb.tracking``.
 """
 

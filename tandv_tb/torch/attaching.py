@@ -10,7 +10,8 @@ no graph break: its name is decided while tracing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -51,6 +52,18 @@ def attach(tensor: torch.Tensor, name: str, module: nn.Module | None = None) -> 
             else:
                 sink.record(tensor, name, module)
     return tensor
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """``attach`` does nothing in this context: a forward that is not the training's (the
+    graph's eager replay of a compiled model, ``graph_replay``)."""
+    global _active_count
+    saved, _active_count = _active_count, 0
+    try:
+        yield
+    finally:
+        _active_count = saved
 
 
 class Attachments:

@@ -33,6 +33,16 @@ def unwrap(module: nn.Module) -> nn.Module:
     return module if inner is None else unwrap(inner)
 
 
+def wrappers(module: nn.Module) -> list[nn.Module]:
+    """The wrappers around the user's model (``unwrap``), outermost first."""
+    found = []
+    inner = _wrapped(module)
+    while inner is not None:
+        found.append(module)
+        module, inner = inner, _wrapped(inner)
+    return found
+
+
 def root_name(module: nn.Module) -> str:
     """The name of the root module's own output: its class name (``GPT``, ``Sequential``;
     ``GPT`` too once FSDP2's ``fully_shard`` has made it an ``FSDPGPT``)."""

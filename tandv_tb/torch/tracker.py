@@ -16,6 +16,7 @@ from tandv_tb.torch import compiled
 from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.compiled import CompiledTracking, StepTensors
 from tandv_tb.torch.distributed import RanksLost
+from tandv_tb.torch.graph_capture import GraphCapture
 from tandv_tb.torch.hooks import ModuleHooks
 from tandv_tb.torch.inputs import InputHooks
 from tandv_tb.torch.options import TorchOptions
@@ -77,6 +78,7 @@ class Tracker(TrackerBase):
         if options.track_inputs:
             self._inputs = InputHooks(module, self._tensors, options, orders, stage)
             self._inputs.receiver_key = self._compiled.key
+        self._graph = GraphCapture(module, options.only_training, stage, enabled=ranks.writes)
         self._attachments = Attachments(
             module,
             self._hooks.record_tensor,
@@ -139,6 +141,7 @@ class Tracker(TrackerBase):
         if self._inputs is not None:
             self._inputs.emitting = in_graph
         self._attachments.set_active(emitting)
+        self._graph.start_step(self._active)
 
     @torch.compiler.disable
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
@@ -169,6 +172,7 @@ class Tracker(TrackerBase):
         self._parameters.record(self._recorder, self._parameter_tensors())
         self._compiled.check_step(self._step)
         entries = self._recorder.drain()
+        self._graph.end_step(self._writer, self._step, entries)
         parts = merged(entries, stats.fetch([p for e in entries for p in e.parts]))
         results, per_rank = self._ranks.combine(list(zip(entries, parts)))
         found = self._nonfinite(results + [(e, s) for _, e, s in per_rank])
@@ -198,6 +202,7 @@ class Tracker(TrackerBase):
         to the per-rank runs, closed here."""
         self._ranks.close()
         self._hooks.remove()
+        self._graph.remove()
         self._compiled.close()
         if self._optimizer_hook is not None:
             self._optimizer_hook.remove()

@@ -9,5 +9,7 @@ writer, from the bottom up:
 - ``orders``: the one execution order of the tracked tensors; ``step_buffer``: one tracked
   step's statistics by tracked tensor, merged once on the host;
 - ``tracker_base``: the life of a tracker (its steps and their cadence, its writer,
-  ``flush``, ``close``).
+  ``flush``, ``close``);
+- ``graph_builder``: the model's graph built as its calls run (``CallGraph``), and the one
+  warning a failed recording gives.
 """

@@ -1,6 +1,6 @@
 """Model graphs (``tandv_tb.disk.graph_record``) for the tests and benchmarks: hand-made
-ones whose shape is known, and the graph of a real PyTorch model's forward, recorded here
-by module hooks (a stand-in until the trackers record graphs themselves)."""
+ones whose shape is known (large or hostile ones for the route and the view), the graph
+the PyTorch tracker records of a Hugging Face Llama, and readers of the recorded graphs."""
 
 from __future__ import annotations
 
@@ -94,82 +94,42 @@ def gpt_layers(blocks: int = 2, root: str = "GPT") -> list[str]:
     return [node["layer"] for node in gpt_graph(blocks, root)["nodes"]]
 
 
-def torch_graph(model, *args) -> ModelGraph:
-    """The graph of one forward of a PyTorch ``model`` on ``args``, recorded by module
-    hooks: a node per module call, named as the torch tracker names modules (the root by
-    its class), shapes of the tensors in and out, ``extra_repr`` and parameters; an edge
-    where a tensor a call returned is given to a later call."""
-    import torch
+def graph_steps(logdir) -> dict[str, list[int]]:
+    """The steps of every graph record under ``logdir``, by run (in the order written)."""
+    from tandv_tb.disk.event_reader import read_file, select_runs
+    from tandv_tb.disk.tag_table import TagTable
 
-    from tandv_tb.torch.naming import module_type, named_modules, output_tensors, root_name
+    found: dict[str, list[int]] = {}
+    for run, sources in select_runs(str(logdir)).items():
+        table = TagTable()
+        for source in sources:
+            for chunk in read_file(source, table):
+                found.setdefault(run, []).extend(record.step for record in chunk.graphs)
+    return {run: steps for run, steps in found.items() if steps}
 
-    paths = {id(module): path for path, module in named_modules(model)}
-    nodes: list[dict] = []
-    stack: list[str] = []
-    calls: dict[str, int] = {}
-    made_by: dict[int, str] = {}  # id of a tensor -> the node that returned it
-    alive: list = []  # those tensors, kept so that their ids are not reused
-    edges: dict[tuple[str, str], None] = {}
 
-    def specs(value) -> list[dict]:
-        return [
-            {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
-            for _, t in output_tensors(value, "")
-        ]
+def recorded_graph(logdir) -> ModelGraph:
+    """The graph of the one run under ``logdir`` that recorded one."""
+    from tandv_tb.disk.graphs import read_graph
 
-    def before(module, args, kwargs):
-        path = paths[id(module)] or root_name(model)
-        call = calls.get(path, 0)
-        calls[path] = call + 1
-        node_id = invocation_id(path, call)
-        for _, tensor in output_tensors((args, kwargs), ""):
-            source = made_by.get(id(tensor))
-            if source is not None and source != node_id:
-                edges[(source, node_id)] = None
-        parameters = [
-            {"name": n, "shape": list(p.shape), "dtype": str(p.dtype).removeprefix("torch.")}
-            for n, p in module.named_parameters(recurse=False)
-        ]
-        nodes.append(
-            {
-                "id": node_id,
-                "layer": path,
-                "module_type": module_type(module),
-                "parent": stack[-1] if stack else None,
-                "order": len(nodes),
-                "inputs": specs((args, kwargs)),
-                "outputs": [],
-                "extra": {"extra_repr": module.extra_repr(), "parameters": parameters},
-            }
-        )
-        stack.append(node_id)
+    (graph,) = read_graph(str(logdir)).values()
+    return graph
 
-    def after(module, args, kwargs, output):
-        node_id = stack.pop()
-        node = next(n for n in reversed(nodes) if n["id"] == node_id)
-        node["outputs"] = specs(output)
-        for _, tensor in output_tensors(output, ""):
-            made_by[id(tensor)] = node_id
-            alive.append(tensor)
 
-    handles = []
-    for _, module in named_modules(model):
-        handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
-        handles.append(module.register_forward_hook(after, with_kwargs=True))
-    try:
-        with torch.no_grad():
-            model(*args)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return ModelGraph.from_json({"nodes": nodes, "edges": _edges(edges)})
+def edge_pairs(graph: ModelGraph) -> list[tuple[str, str]]:
+    return [(edge.source, edge.target) for edge in graph.edges]
 
 
 def llama_graph(layers: int = 48) -> tuple[ModelGraph, list[str]]:
     """The graph of a Hugging Face Llama of ``layers`` decoder layers built from a config
-    (about 13 modules a layer), and the names of its modules in call order."""
+    (about 13 modules a layer), as the PyTorch tracker records it over one training
+    forward, and the names of its modules in call order."""
+    import tempfile
+
     import torch
     import transformers
+
+    from tandv_tb.torch import track
 
     config = transformers.LlamaConfig(
         num_hidden_layers=layers,
@@ -180,6 +140,11 @@ def llama_graph(layers: int = 48) -> tuple[ModelGraph, list[str]]:
         vocab_size=256,
     )
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    graph = torch_graph(model, torch.randint(0, 256, (1, 8)))
+    model = transformers.LlamaForCausalLM(config)
+    off = dict.fromkeys(("track_activations", "track_gradients", "track_weights"), False)
+    with tempfile.TemporaryDirectory() as logdir:
+        with track(model, logdir=logdir, watch_nonfinite=False, **off) as tracker:
+            model(torch.randint(0, 256, (1, 8)))
+            tracker.step()
+        graph = recorded_graph(logdir)
     return graph, list(dict.fromkeys(node.layer for node in graph.nodes))

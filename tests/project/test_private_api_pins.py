@@ -11,6 +11,8 @@ wrappers hold the module they wrap, and optimizers that set up their hooks),
 ``tandv_tb.torch.parallel_layout`` (the DTensor spec ``to_local``'s autograd node keeps,
 the values of an ``AsyncCollectiveTensor``),
 ``tandv_tb.torch.pipeline_stage`` (a pipeline stage's metadata),
+``tandv_tb.torch.graph_replay`` and ``graph_recording`` (where a module keeps its hooks, a
+view's ``_base``), ``tandv_tb.jax.graph_capture`` (the equation a traced array came from),
 ``tandv_tb.jax.compiled`` (``_jit_info`` of ``jax.jit``, the attributes of ``nnx.jit``'s
 wrappers) and ``tandv_tb.stats._xla_cpu`` (XLA FFI structures read at fixed offsets).
 """
@@ -160,18 +162,38 @@ def test_to_local_keeps_the_dtensor_spec_and_a_pipeline_stage_its_metadata():
 
 
 def test_module_compile_marks_the_module_and_optimizers_keep_their_step_hooks():
-    from tandv_tb.torch.compiled import is_compiled as _compiled
+    from tandv_tb.torch.compiled import is_compiled
     from tandv_tb.torch.tracker import _stepping_optimizer
 
     message = _changed("torch", torch.__version__, "Module._compiled_call_impl")
     module = torch.nn.Linear(2, 2)
     assert getattr(module, "_compiled_call_impl", None) is None, message
     module.compile()
-    assert module._compiled_call_impl is not None and _compiled(module), message
+    assert module._compiled_call_impl is not None and is_compiled(module), message
     optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
     message = _changed("torch", torch.__version__, "Optimizer._optimizer_step_pre_hooks")
     assert hasattr(optimizer, "_optimizer_step_pre_hooks"), message
     assert _stepping_optimizer(optimizer) is optimizer, message
+
+
+def test_a_modules_hooks_live_in_its_attributes_named_hooks_and_views_keep_their_base():
+    """``graph_replay``'s shadow of a module drops its hooks by the names of the dicts that
+    hold them; ``graph_recording`` follows a view autograd does not follow by its
+    ``_base``."""
+    from tandv_tb.torch.graph_replay import _shadow
+
+    message = _changed("torch", torch.__version__, "where Module keeps its hooks")
+    fired = []
+    module = torch.nn.Linear(2, 2)
+    module.register_forward_pre_hook(lambda *a: fired.append("pre"), with_kwargs=True)
+    module.register_forward_hook(lambda *a: fired.append("post"), always_call=True)
+    module.register_full_backward_pre_hook(lambda *a: fired.append("backward pre"))
+    module.register_full_backward_hook(lambda *a: fired.append("backward"))
+    _shadow(module, {})(torch.ones(1, 2, requires_grad=True)).sum().backward()
+    assert fired == [], message
+    base = torch.ones(4)
+    message = _changed("torch", torch.__version__, "Tensor._base")
+    assert base.view(2, 2)[0]._base is base, message
 
 
 def test_an_ordered_effect_keeps_an_operator_that_returns_nothing_in_order():
@@ -200,6 +222,28 @@ def test_an_ordered_effect_keeps_an_operator_that_returns_nothing_in_order():
 
 
 # ---------------------------------------------------------------- jax.jit and nnx.jit
+
+
+def test_a_traced_array_keeps_the_equation_that_made_it():
+    """``tandv_tb.jax.graph_capture`` follows a traced array back to the arrays it was
+    computed from: ``DynamicJaxprTracer.parent.in_tracers``, under differentiation through
+    the tracers' ``primal``. Without them the JAX graph has edges by identity only."""
+    import jax
+
+    message = _changed("jax", jax.__version__, "DynamicJaxprTracer.parent.in_tracers, .primal")
+    seen = []
+
+    def f(x):
+        y = x * 2
+        z = y + 1
+        seen.append((y, z))
+        return z.sum()
+
+    jax.jit(jax.grad(f))(jax.numpy.ones(3))
+    y, z = seen[0]
+    while hasattr(y, "primal"):
+        y, z = y.primal, z.primal
+    assert any(t is y for t in z.parent.in_tracers), message
 
 
 def test_jax_jit_keeps_its_function_and_options():

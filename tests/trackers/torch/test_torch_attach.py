@@ -223,18 +223,19 @@ def test_empty_and_hostile_names_are_recorded_as_they_are(tmp_path):
 
 
 def test_the_private_torch_api_that_tells_a_recomputed_forward_is_there():
-    """``hooks._in_backward`` (used by module outputs, inputs and ``attach`` so that a
-    checkpointed forward is not recorded twice) reads ``torch._C._current_graph_task_id``."""
+    """``compiled.recomputing`` (used by module outputs, inputs, ``attach`` and the graph's
+    recording so that a checkpointed forward is not recorded twice) reads
+    ``torch._C._current_graph_task_id``."""
     assert hasattr(torch._C, "_current_graph_task_id"), (
-        "torch._C._current_graph_task_id is gone: tandv_tb.torch.hooks._in_backward needs "
+        "torch._C._current_graph_task_id is gone: tandv_tb.torch.compiled.recomputing needs "
         "another way to tell a forward recomputed inside a backward pass"
     )
-    from tandv_tb.torch.compiled import recomputing as _in_backward
+    from tandv_tb.torch.compiled import recomputing
 
     seen = []
     x = torch.ones(2, requires_grad=True)
     y = x * 2
-    y.register_hook(lambda grad: seen.append(_in_backward()))
-    assert not _in_backward()
+    y.register_hook(lambda grad: seen.append(recomputing()))
+    assert not recomputing()
     y.sum().backward()
     assert seen == [True]

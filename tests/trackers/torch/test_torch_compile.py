@@ -20,8 +20,7 @@ from torch._dynamo.utils import counters
 from torch.utils.checkpoint import checkpoint
 
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
-from tandv_tb.torch import CompiledBeforeTrackWarning, attach, track
-from tandv_tb.torch import compiled as graph_op
+from tandv_tb.torch import CompiledBeforeTrackWarning, attach, compiled, track
 from tests.helpers.compiled_training import (
     INSIDE,
     NanoGPT,
@@ -468,7 +467,7 @@ def test_before_torch_2_13_compiled_code_hands_nothing_over_and_training_goes_on
     """torch before 2.13 (``HOOKS_IN_GRAPH`` false: 2.11's dynamo stops on the hooks): the
     hooks do nothing while dynamo traces, training is unchanged with no graph break, the
     weights, gradients and optimizer state are recorded, and ``track`` says what is not."""
-    monkeypatch.setattr(graph_op, "HOOKS_IN_GRAPH", False)
+    monkeypatch.setattr(compiled, "HOOKS_IN_GRAPH", False)
     with one_thread():
         with pytest.warns(RuntimeWarning, match="before 2.13"):
             got = train_nanogpt(compiled_nanogpt(), 3, logdir=str(tmp_path), every=1)

@@ -17,6 +17,7 @@ from torch import nn
 
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import track
+from tests.helpers.model_graphs import graph_steps, recorded_graph
 from tests.helpers.torch_models import assert_same, expected, read_records
 from tests.helpers.torchrun import run_ranks
 
@@ -194,6 +195,19 @@ def test_data_parallel_activations_and_gradients_describe_the_global_batch(two_r
     assert records["0", "Activation", 1].record.numel == (6 + 9) * 5
     assert records["0", "Activation", 1].module_type == "Linear"
     assert ranks[0]["ddp"]["collectives"] == ranks[1]["ddp"]["collectives"] == 2
+
+
+def test_the_writing_rank_writes_the_graph_once_and_per_rank_runs_their_own(two_ranks):
+    logdir, _ = two_ranks
+    assert graph_steps(logdir / "ddp") == {".": [0]}
+    assert graph_steps(logdir / "per_rank") == {"rank0": [0], "rank1": [0]}
+    graph = recorded_graph(logdir / "ddp")  # named without DDP's ``module.``, rank 0's batch
+    assert [(n.id, [s.shape for s in n.outputs]) for n in graph.nodes] == [
+        ("Sequential#0", [(6, 3)]),
+        ("0#0", [(6, 5)]),
+        ("1#0", [(6, 5)]),
+        ("2#0", [(6, 3)]),
+    ]
 
 
 def test_replicated_parameters_are_recorded_once(two_ranks):
