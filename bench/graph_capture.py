@@ -37,6 +37,7 @@ sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 
 from tandv_tb.torch import track  # noqa: E402
 from tandv_tb.torch.graph_capture import GraphCapture  # noqa: E402
+from tests.helpers.model_graphs import small_llama  # noqa: E402
 
 #: The graph capture's time in the current step: wall, and this thread's CPU.
 SPENT = [0.0, 0.0]
@@ -58,21 +59,6 @@ for _name in ("_on_begin", "_on_end", "start_step", "end_step"):
     setattr(GraphCapture, _name, clocked(getattr(GraphCapture, _name)))
 
 
-def llama() -> torch.nn.Module:
-    import transformers
-
-    config = transformers.LlamaConfig(
-        num_hidden_layers=48,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        vocab_size=256,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=8)
@@ -80,7 +66,7 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=64)
     args = parser.parse_args()
     torch.set_num_threads(2)
-    model = llama()
+    model = small_llama(48)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(0)
 

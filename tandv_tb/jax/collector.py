@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +24,6 @@ from tandv_tb.jax.skips import Verdict, untrackable
 from tandv_tb.stats.engine import Pending
 from tandv_tb.tracking.leaf_names import map_leaves
 from tandv_tb.tracking.skips import SkipLog
-
-if TYPE_CHECKING:  # the graph's recording holds no collector
-    from tandv_tb.jax.graph_capture import GraphRecording
 
 OUTPUT_TYPES = ("Activation", "Gradient")
 
@@ -41,6 +38,17 @@ NESTED = (
     "jax.checkpoint/nn.remat, jax.vmap or an inner jax.jit), whose values cannot leave it; "
     "pass the jitted function itself to tracker.intercept"
 )
+
+
+class CallObserver(Protocol):
+    """What sees the module calls of a pass (the graph's recording, ``graph_capture``):
+    told each call as it begins and ends; ``failed`` says why it stopped watching."""
+
+    failed: str | None
+
+    def begin(self, name: str, module_type: str, module: object, args, kwargs) -> object: ...
+
+    def end(self, call: object, output: object) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +89,7 @@ class Collector:
         # One computation per array: a root module's output is often its last child's.
         self._computed: dict[int, tuple[jax.Array, Pending]] = {}
         #: The model's graph, where this pass records it (``graph_capture``).
-        self.graph: GraphRecording | None = None
+        self.graph: CallObserver | None = None
 
     def call_begins(self, name: str, module_type: str, module: object, args, kwargs) -> object:
         """A module call begins, given ``args`` and ``kwargs`` (for the graph); what

@@ -10,8 +10,8 @@ import { select } from "d3-selection";
 import type { BlockCast } from "./api";
 import type { FormatColours } from "./cast_table";
 import { h } from "./dom";
-import type { RunHistogram } from "./histogram";
 import { binadeLabel, formatCount, formatShare } from "./numbers";
+import type { RunHistogram } from "./run_histogram";
 
 const HEIGHT = 84;
 const MARGIN = { top: 14, right: 8, bottom: 18, left: 52 };

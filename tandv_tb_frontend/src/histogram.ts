@@ -14,14 +14,7 @@ import { blockScaleCharts } from "./block_scales";
 import { castTable, type FormatColours, scaleShift } from "./cast_table";
 import { h } from "./dom";
 import { binadeLabel, formatCount, formatShare, formatValue } from "./numbers";
-
-export interface RunHistogram {
-  run: string;
-  colour: string;
-  data: HistogramLayer | null;
-  /** Block-scaled formats asked for that the run did not record (never estimated). */
-  notRecorded?: string[];
-}
+import type { RunHistogram } from "./run_histogram";
 
 export interface Panel {
   layer: string;

@@ -120,16 +120,12 @@ def edge_pairs(graph: ModelGraph) -> list[tuple[str, str]]:
     return [(edge.source, edge.target) for edge in graph.edges]
 
 
-def llama_graph(layers: int = 48) -> tuple[ModelGraph, list[str]]:
-    """The graph of a Hugging Face Llama of ``layers`` decoder layers built from a config
-    (about 13 modules a layer), as the PyTorch tracker records it over one training
-    forward, and the names of its modules in call order."""
-    import tempfile
-
+def small_llama(layers: int):
+    """A Hugging Face ``LlamaForCausalLM`` of ``layers`` decoder layers built from a config,
+    its weights from seed 0: hidden size 64, two heads, a vocabulary of 256 (small enough to
+    train on the CPU, with the module tree of the real model)."""
     import torch
     import transformers
-
-    from tandv_tb.torch import track
 
     config = transformers.LlamaConfig(
         num_hidden_layers=layers,
@@ -140,7 +136,20 @@ def llama_graph(layers: int = 48) -> tuple[ModelGraph, list[str]]:
         vocab_size=256,
     )
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
+    return transformers.LlamaForCausalLM(config)
+
+
+def llama_graph(layers: int = 48) -> tuple[ModelGraph, list[str]]:
+    """The graph of a Hugging Face Llama of ``layers`` decoder layers built from a config
+    (about 13 modules a layer), as the PyTorch tracker records it over one training
+    forward, and the names of its modules in call order."""
+    import tempfile
+
+    import torch
+
+    from tandv_tb.torch import track
+
+    model = small_llama(layers)
     off = dict.fromkeys(("track_activations", "track_gradients", "track_weights"), False)
     with tempfile.TemporaryDirectory() as logdir:
         with track(model, logdir=logdir, watch_nonfinite=False, **off) as tracker:

@@ -16,7 +16,7 @@ from tandv_tb import GraphCaptureWarning
 from tandv_tb.torch import track
 from tandv_tb.torch.graph_recording import Recording
 from tests.helpers.compiled_training import NanoGPT, assert_same_training, train_nanogpt
-from tests.helpers.model_graphs import edge_pairs, graph_steps, recorded_graph
+from tests.helpers.model_graphs import edge_pairs, graph_steps, recorded_graph, small_llama
 from tests.helpers.torch_models import GPT, gpt_loss
 
 
@@ -254,17 +254,8 @@ def llama_expected(layers: int) -> tuple[list[tuple], list[tuple[str, str]]]:
 
 
 def test_a_hugging_face_llama_built_from_a_config(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        num_hidden_layers=2,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        vocab_size=256,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
+    pytest.importorskip("transformers")
+    model = small_llama(2)
     with track(model, logdir=str(tmp_path)) as tracker:
         ids = torch.randint(0, 256, (2, 8))
         model(input_ids=ids, labels=ids).loss.backward()
