@@ -18,8 +18,11 @@ forward pass, and how a compiled model's is recorded.
   a forward hook on the ``torch.compile(model)`` given to ``track``, around a
   ``model.compile()``d model's call, or at the end of an eager model's call whose modules
   are partly compiled. A ``torch.compile(model)`` that ``track`` was not given runs its
-  model wholly in compiled code: no graph (a warning says to give it to ``track``). In a
-  distributed run the replay is not done (it could run collectives on one rank alone).
+  model wholly in compiled code: no graph (a warning says to give it to ``track``). A
+  compiled part called by eager code outside the model's calls (a compiled submodule
+  called from a Lightning ``training_step``) is replayed alone after its call
+  (``replay_into``). In a distributed run no replay is done (it could run collectives on
+  one rank alone).
 - Only the writing rank records (``enabled``), and recording never stops training: an
   error is caught, said once (``GraphCaptureWarning``), and no graph is recorded.
 """
@@ -37,7 +40,7 @@ from tandv_tb.torch import naming
 from tandv_tb.torch.compiled import is_compiled, recomputing
 from tandv_tb.torch.distributed import is_distributed
 from tandv_tb.torch.graph_recording import Recording
-from tandv_tb.torch.graph_replay import replay
+from tandv_tb.torch.graph_replay import replay, replay_into
 from tandv_tb.torch.pipeline_stage import WHOLE_MODEL, Stage
 from tandv_tb.tracking.graph_builder import warn_capture
 from tandv_tb.tracking.step_buffer import Entry
@@ -83,10 +86,11 @@ class GraphCapture:
         for m in self._modules:
             self._handles.append(m.register_forward_pre_hook(self._on_begin, with_kwargs=True))
             self._handles.append(m.register_forward_hook(self._on_end, with_kwargs=True))
-        for wrapper in naming.wrappers(module):
-            if "_orig_mod" in wrapper._modules:  # torch.compile(model), given to track
-                hook = wrapper.register_forward_hook(self._after_compiled_call, with_kwargs=True)
-                self._handles.append(hook)
+        outer = naming.wrappers(module)
+        for wrapper in module.modules():
+            if "_orig_mod" in wrapper._modules:  # torch.compile(m): its calls are compiled
+                after = self._after_compiled_call if wrapper in outer else self._after_part
+                self._handles.append(wrapper.register_forward_hook(after, with_kwargs=True))
 
     # -- the tracker's steps -------------------------------------------------------------
     def start_step(self, tracked: bool) -> None:
@@ -117,9 +121,10 @@ class GraphCapture:
                 if calls and not recording.started:
                     self._say(
                         "unseen",
-                        "the model's graph is not recorded: its calls ran in compiled code "
-                        "that eager code does not see (a torch.compile(model) that track() "
-                        "was not given); give track() the compiled module",
+                        "the model's graph is not recorded: its module calls ran only inside "
+                        "compiled code, where hooks do not run (a torch.compile(model) that "
+                        "track() was not given, or a compiled training_step); give track() "
+                        "the compiled module, or compile the modules the step calls",
                     )
                 return
             self._wanted, self._calls = False, calls
@@ -184,6 +189,23 @@ class GraphCapture:
         """After a call of the ``torch.compile(model)`` given to ``track`` (eager code)."""
         self._compiled_call_ended(args, kwargs)
 
+    def _after_part(self, wrapper: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+        """After a call of a compiled part of the model (``torch.compile(child)``): where
+        eager code made it outside the model's calls, it is replayed into the recording
+        (inside the model's call, the model's own replay at its end records it)."""
+        if torch.compiler.is_compiling():
+            return
+        recording = self._taking()
+        if recording is None or not recording.at_top:
+            return
+        if self._only_training and not wrapper.training:
+            return
+        try:
+            if self._replayable():
+                replay_into(recording, wrapper, self._layers, (args, kwargs, output))
+        except Exception as error:
+            self._fail(error)
+
     def _through_compiled(self, compiled, *args, **kwargs) -> object:
         """A ``model.compile()``d model's call, while the step records the graph."""
         output = compiled(*args, **kwargs)
@@ -207,14 +229,19 @@ class GraphCapture:
         if recording is None or recording.started:
             return
         recording.finish()
-        if is_distributed():
-            self._say(
-                "distributed",
-                "the graph of a compiled model is not recorded in a distributed run (its "
-                "eager replay could run collectives on one rank alone)",
-            )
-            return
-        self._graph = replay(self._root, self._layers, args, kwargs)
+        if self._replayable():
+            self._graph = replay(self._root, self._layers, args, kwargs)
+
+    def _replayable(self) -> bool:
+        """Whether compiled calls may be replayed eagerly (not in a distributed run)."""
+        if not is_distributed():
+            return True
+        self._say(
+            "distributed",
+            "the graph of a compiled model is not recorded in a distributed run (its "
+            "eager replay could run collectives on one rank alone)",
+        )
+        return False
 
     def _unwrap_compiled_call(self) -> None:
         impl = self._root.__dict__.get("_compiled_call_impl")

@@ -179,6 +179,20 @@ class Recording:
         if module is self._root and not self._running:
             self.finished = True
 
+    def name_also(self, layers: Mapping[int, str]) -> None:
+        """Name these modules too (a replayed part's shadows, ``graph_replay``)."""
+        self._layers = {**self._layers, **layers}
+
+    def stands_for(self, real: object, replayed: object) -> None:
+        """The tensors of ``replayed`` (a replayed call's output, ``graph_replay``) stand
+        for those of ``real`` (the compiled call's): a call later fed by one of them is fed
+        by the call that returned its stand-in."""
+        for tensor, stand_in in zip(tensors_in(real), tensors_in(replayed)):
+            node = stand_in.grad_fn
+            made = self._made_by.get(node) if node is not None else self._identity(stand_in)
+            if made is not None:
+                self._made(tensor, made)
+
     def graph(self) -> ModelGraph | None:
         """The graph recorded (None for no call); forgets the autograd nodes and tensors."""
         self._made_by, self._made_by_identity, self._memo = {}, {}, {}

@@ -15,6 +15,10 @@ beyond a forward without gradients), compiled functions it calls run eagerly
 (``set_stance("force_eager")``: nothing is compiled or recompiled), and ``attach`` does
 nothing meanwhile. Only Python state a forward changes in place on objects its modules
 share (a mutable attribute updated in ``forward``) is shared with the model.
+
+A compiled part called by eager code outside the model's calls (a compiled submodule
+called from a Lightning ``training_step``) is replayed alone, after its call, into the
+step's recording (``replay_into``).
 """
 
 from __future__ import annotations
@@ -95,13 +99,45 @@ def replay(
 ) -> ModelGraph | None:
     """The graph of ``root(*args, **kwargs)`` run eagerly on a shadow of ``root``
     (``layers``: ``id`` of each of ``root``'s modules to its layer name)."""
-    made: dict[int, nn.Module] = {}
-    shadow = _shadow(root, made)
-    shadow_layers = {id(made[key]): layer for key, layer in layers.items() if key in made}
-    recording = Recording(shadow_layers, shadow)
-    for module in made.values():
-        module.register_forward_pre_hook(lambda m, a, k: recording.begin(m, a, k), with_kwargs=True)
-        module.register_forward_hook(lambda m, a, k, out: recording.end(m, out), with_kwargs=True)
-    with _apart(root, args, kwargs):
-        shadow(*args, **kwargs)
+    recording, _ = _run_on_shadow(root, layers, args, kwargs, None)
     return recording.graph()
+
+
+def replay_into(
+    recording: Recording,
+    module: nn.Module,
+    layers: Mapping[int, str],
+    call: tuple[tuple, Mapping, object],
+) -> None:
+    """One call of a compiled part of the model made by eager code outside the model's
+    calls (``self.net = torch.compile(self.net)`` called from a ``training_step``), run
+    again eagerly on a shadow of ``module`` into the step's ``recording``; ``call`` is its
+    ``(args, kwargs, output)``. The shadow's outputs stand for ``output``, so that the
+    calls fed by it get their edges."""
+    args, kwargs, output = call
+    _, replayed = _run_on_shadow(module, layers, args, kwargs, recording)
+    recording.stands_for(output, replayed)
+
+
+def _run_on_shadow(
+    module: nn.Module,
+    layers: Mapping[int, str],
+    args: tuple,
+    kwargs: Mapping,
+    recording: Recording | None,
+) -> tuple[Recording, object]:
+    """``module(*args, **kwargs)`` run on a shadow, its calls recorded into ``recording``
+    (None: a new one, of the shadow as the model); the recording and the shadow's output."""
+    made: dict[int, nn.Module] = {}
+    shadow = _shadow(module, made)
+    shadow_layers = {id(made[key]): layer for key, layer in layers.items() if key in made}
+    if recording is None:
+        recording = Recording(shadow_layers, shadow)
+    else:
+        recording.name_also(shadow_layers)
+    for part in made.values():
+        part.register_forward_pre_hook(lambda m, a, k: recording.begin(m, a, k), with_kwargs=True)
+        part.register_forward_hook(lambda m, a, k, out: recording.end(m, out), with_kwargs=True)
+    with _apart(module, args, kwargs):
+        output = shadow(*args, **kwargs)
+    return recording, output

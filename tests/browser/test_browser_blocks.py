@@ -93,7 +93,7 @@ class Truth:
     def blocks(self, run: str, layer: str, format_name: str, tensor_type="Activation"):
         """``(steps, {column: values}, {step: {scale exponent: blocks}})`` of the store."""
         for tag_id, info, _ in self.store.tags(run).values():
-            if (info.name, info.tensor_type) == (layer, tensor_type):
+            if info is not None and (info.name, info.tensor_type) == (layer, tensor_type):
                 index = info.block_formats.index(format_name)
                 rows = self.store.blocks(run, {tag_id: index})
                 steps, exponents, counts = self.store.block_scales(run, tag_id, index)

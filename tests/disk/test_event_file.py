@@ -18,6 +18,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tandv_tb import NumericsWriter
 from tandv_tb.disk.event_file import EventFile
 from tandv_tb.disk.framing import masked_crc32c
+from tandv_tb.disk.graph_record import GRAPH_TAG
 from tandv_tb.torch import track
 from tandv_tb.writer import RecordItem
 from tests.helpers.event_checks import check_event_file
@@ -87,6 +88,9 @@ def test_a_tracked_step_is_one_event(tmp_path):
             tracker.step()
     (path,) = event_files(tmp_path)
     events = list(EventFileLoader(str(path)).Load())[1:]
+    graph = [[v.tag for v in e.summary.value] == [GRAPH_TAG] for e in events]
+    assert [e.step for e, g in zip(events, graph) if g] == [0]  # an event of its own, once
+    events = [e for e, g in zip(events, graph) if not g]
     assert [e.step for e in events] == [0, 1, 2, 3]
     tags = [sorted(v.tag for v in e.summary.value) for e in events]
     assert all(t == tags[0] for t in tags) and len(tags[0]) == len(set(tags[0]))

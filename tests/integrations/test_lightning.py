@@ -16,7 +16,7 @@ from torch import nn
 
 L = pytest.importorskip("lightning.pytorch")
 
-from tandv_tb import read_frame  # noqa: E402
+from tandv_tb import GraphCaptureWarning, read_frame  # noqa: E402
 from tandv_tb.lightning import NumericsCallback  # noqa: E402
 from tandv_tb.torch import is_tracked, track  # noqa: E402
 from tests.helpers import REPO  # noqa: E402
@@ -29,6 +29,7 @@ from tests.helpers.lightning_fit import (  # noqa: E402
     fit,
     trainer,
 )
+from tests.helpers.model_graphs import recorded_graph  # noqa: E402
 from tests.helpers.trainers import event_files, numerics_steps, scalars  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -195,6 +196,7 @@ sys.modules["lightning"] = None  # as if not installed
 import pytorch_lightning as pl
 import torch
 from tandv_tb.lightning import NumericsCallback
+from tests.helpers.model_graphs import recorded_graph  # noqa: E402
 from tests.helpers.trainers import numerics_steps
 
 assert issubclass(NumericsCallback, pl.Callback)
@@ -242,14 +244,23 @@ class CompiledNet(Regression):
     "make", [lambda: torch.compile(QuietRegression()), CompiledNet], ids=["module", "network"]
 )
 def test_compiled_models_record_the_eager_tags_without_graph_breaks(tmp_path, make):
+    """The eager run's records; its graph too where the step calls a compiled module (a
+    whole compiled LightningModule runs its ``training_step`` compiled: no module call is
+    seen, and a warning says the graph is not recorded)."""
     from torch._dynamo.utils import counters
 
-    eager = numerics_steps(fit(tmp_path / "eager", Regression(), [NumericsCallback()]))
+    eager_run = fit(tmp_path / "eager", Regression(), [NumericsCallback()])
     torch.compiler.reset()
     breaks = sum(counters["graph_break"].values())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run = fit(tmp_path / "compiled", make(), [NumericsCallback()])
-    assert not [w for w in caught if "tandv_tb" in str(w.message)]  # nothing skipped
+    said = [w for w in caught if "tandv_tb" in str(w.message)]
     assert sum(counters["graph_break"].values()) == breaks
-    assert numerics_steps(run) == eager
+    assert numerics_steps(run) == numerics_steps(eager_run)
+    if make is CompiledNet:
+        assert not said
+        assert recorded_graph(run).to_json() == recorded_graph(eager_run).to_json()
+    else:
+        assert [w.category for w in said] == [GraphCaptureWarning]  # nothing else skipped
+        assert "compiled training_step" in str(said[0].message)

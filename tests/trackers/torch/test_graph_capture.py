@@ -4,6 +4,7 @@ odd modules and failures (never a crash, training bitwise unchanged)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 
@@ -308,6 +309,54 @@ def test_a_compiled_wrapper_track_was_not_given_says_its_graph_is_not_recorded(t
         optimizer.step()
         tracker.step()
     assert graph_steps(tmp_path) == {}
+
+
+class Parts(nn.Module):
+    """A model whose parts the training step calls itself, as a Lightning
+    ``training_step`` calls ``self.net``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 8)
+        self.body = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+
+
+def test_a_compiled_part_the_step_calls_itself_records_the_eager_graph(tmp_path):
+    """``model.body = torch.compile(model.body)`` called by the step between eager parts:
+    its calls are replayed into the graph after it, and feed the part after it, as eager;
+    training is bitwise as untracked."""
+
+    def run(compiled: bool, logdir=None) -> list[torch.Tensor]:
+        torch.compiler.reset()
+        torch.manual_seed(0)
+        model = Parts()
+        if compiled:
+            model.body = torch.compile(model.body, backend="aot_eager")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(3, 4)
+        losses = []
+        tracking = track(model, logdir=str(logdir), optimizer=optimizer) if logdir else None
+        with tracking or contextlib.nullcontext():
+            for _ in range(2):
+                loss = model.head(model.body(model.embed(x))).square().mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                losses.append(loss.detach())
+                if tracking is not None:
+                    tracking.step()
+        return losses
+
+    run(False, tmp_path / "eager")
+    eager = recorded_graph(tmp_path / "eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GraphCaptureWarning)
+        tracked = run(True, tmp_path / "compiled")
+    assert recorded_graph(tmp_path / "compiled") == eager
+    assert [n.id for n in eager.nodes] == ["embed#0", "body#0", "body.0#0", "body.1#0", "head#0"]
+    assert {("embed#0", "body#0"), ("body.1#0", "head#0")} <= set(edge_pairs(eager))
+    assert all(torch.equal(a, b) for a, b in zip(tracked, run(True), strict=True))
 
 
 def test_written_once_and_again_when_the_calls_change(tmp_path):
