@@ -37,8 +37,6 @@ from tests.helpers.browser import (  # noqa: E402
     Tab,
     css,
     fetch,
-    open_tab,
-    reopen,
     serve,
 )
 from tests.helpers.plugin import heatmap_values  # noqa: E402
@@ -145,19 +143,6 @@ def tensorboard(logdir) -> Iterator[str]:
             assert time.monotonic() < deadline, "tensorboard did not list every run"
             time.sleep(0.25)
         yield url
-
-
-@pytest.fixture(scope="module")
-def session(browser, tensorboard):
-    with open_tab(browser, tensorboard) as opened:
-        yield opened
-
-
-@pytest.fixture
-def tab(session) -> Iterator[Tab]:
-    opened = reopen(session)
-    yield opened
-    assert session.problems == [], f"the page reported problems: {session.problems}"
 
 
 def options(tab: Tab, name: str) -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ import pytest
 playwright_api = pytest.importorskip("playwright.sync_api")
 torch = pytest.importorskip("torch")
 
-from tests.helpers.browser import TIMEOUT_MS, css, fetch, open_tab, reopen, serve  # noqa: E402
+from tests.helpers.browser import TIMEOUT_MS, css, fetch, serve  # noqa: E402
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 NAN_STEP = 7
@@ -88,19 +88,6 @@ def logdir(tmp_path_factory) -> Path:
 def tensorboard(logdir: Path) -> Iterator[str]:
     with serve(logdir, b'"poisoned"') as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def session(browser, tensorboard):
-    with open_tab(browser, tensorboard) as opened:
-        yield opened
-
-
-@pytest.fixture
-def tab(session):
-    opened = reopen(session)
-    yield opened
-    assert session.problems == [], f"the page reported problems: {session.problems}"
 
 
 def tick(tab, run: str) -> None:

@@ -23,7 +23,7 @@ import pytest
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 from tandv_tb.writer import NumericsWriter  # noqa: E402
-from tests.helpers.browser import Tab, fetch, open_tab, reopen, serve  # noqa: E402
+from tests.helpers.browser import Tab, fetch, serve  # noqa: E402
 from tests.helpers.model_graphs import HOSTILE, gpt_graph, gpt_layers, residual_graph  # noqa: E402
 
 STEPS = tuple(range(0, 20, 2))
@@ -65,19 +65,6 @@ def tensorboard(tmp_path_factory) -> Iterator[str]:
     write_logdir(root)
     with serve(root, b'"torch"') as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def session(browser, tensorboard):
-    with open_tab(browser, tensorboard) as opened:
-        yield opened
-
-
-@pytest.fixture
-def tab(session) -> Iterator[Tab]:
-    opened = reopen(session)
-    yield opened
-    assert session.problems == [], f"the page reported problems: {session.problems}"
 
 
 def _card(tab: Tab):

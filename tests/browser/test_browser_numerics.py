@@ -117,13 +117,6 @@ class NumericsTab(Tab):
         return dict(pairs)
 
 
-@pytest.fixture(scope="module")
-def session(browser, tensorboard):
-    """One TensorBoard page for the module's tests (its 6 MB app loads once)."""
-    with open_tab(browser, tensorboard) as opened:
-        yield opened
-
-
 @pytest.fixture
 def tab(session) -> Iterator[NumericsTab]:
     """The Numerics tab afresh: saved state cleared and the plugin's frame reloaded."""
