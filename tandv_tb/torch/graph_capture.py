@@ -195,10 +195,8 @@ class GraphCapture:
         (inside the model's call, the model's own replay at its end records it)."""
         if torch.compiler.is_compiling():
             return
-        recording = self._taking()
-        if recording is None or not recording.at_top:
-            return
-        if self._only_training and not wrapper.training:
+        recording = self._after_top_call(wrapper)
+        if recording is None:
             return
         try:
             if self._replayable():
@@ -214,15 +212,23 @@ class GraphCapture:
         return output
 
     def _compiled_call_ended(self, args: tuple, kwargs: Mapping) -> None:
-        recording = self._taking()
-        if recording is None or not recording.at_top:
-            return
-        if self._only_training and not self._root.training:
+        if self._after_top_call(self._root) is None:
             return
         try:
             self._replay(args, kwargs)
         except Exception as error:
             self._fail(error)
+
+    def _after_top_call(self, module: nn.Module) -> Recording | None:
+        """The recording that a compiled call of ``module``, just ended, is replayed into:
+        None where none is taking calls, where the call ran inside a call of the model, or
+        where it ran in eval mode and only training counts."""
+        recording = self._taking()
+        if recording is None or not recording.at_top:
+            return None
+        if self._only_training and not module.training:
+            return None
+        return recording
 
     def _replay(self, args: tuple, kwargs: Mapping) -> None:
         recording = self._recording
