@@ -386,6 +386,12 @@ def track(
     the next step is tracked in full whatever ``every`` says (once per stretch of
     non-finite steps).
 
+    ``step()`` returns the step's ``tandv_tb.StepReport``; ``on_nonfinite`` acts on a step
+    that saw NaN/Inf: ``"record"`` (the default), ``"warn"`` (once per run), ``"raise"``
+    (``tandv_tb.NonFiniteError`` from ``intercept``, before the new state it computed is
+    handed back: its counts are read when the call returns, one transfer a call), or a
+    callable taking the report. It needs the watch.
+
     Under ``jax.distributed`` every process calls ``track``, ``intercept`` and ``step`` alike
     (the statistics of a global array are computed by a program all processes run, so they
     describe the whole array); process 0 alone writes.

@@ -374,6 +374,14 @@ def track(
     steps). Compiled by a torch older than 2.13, untracked steps check only what
     ``step()`` reads (the graph hands nothing over).
 
+    ``step()`` returns the step's ``tandv_tb.StepReport`` (NaN/Inf seen or not, the first
+    tensor that held it). ``on_nonfinite`` says what to do at a step that saw NaN/Inf:
+    ``"record"`` (write it down, the default), ``"warn"`` (one ``NonFiniteWarning`` per
+    run), ``"raise"`` (``tandv_tb.NonFiniteError`` from ``optimizer.step()``, before it
+    updates anything: the step's counts are read then, one device-to-host read a step;
+    without ``optimizer`` the error comes from ``step()``), or a callable taking the
+    report. It needs the watch.
+
     Distributed (``torch.distributed`` initialised, more than one rank; every rank calls
     ``track`` and ``step()``): each tensor's statistics are combined across ranks in one
     collective per tracked step, counting each logical tensor once over its whole extent:
