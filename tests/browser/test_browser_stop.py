@@ -35,14 +35,14 @@ def train(logdir: Path) -> None:
     factor = torch.ones(())
     model.hidden.register_forward_hook(lambda m, args, out: out * factor)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
-    with pytest.raises(NonFiniteError):
-        with track(model, logdir=str(logdir), optimizer=optimizer, on_nonfinite="raise") as t:
-            for step in range(NAN_STEP + 5):
-                factor.fill_(float("inf") if step == NAN_STEP else 1.0)
-                model(torch.randn(4, 8)).pow(2).mean().backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                t.step()
+    tracker = track(model, logdir=str(logdir), optimizer=optimizer, on_nonfinite="raise")
+    with tracker, pytest.raises(NonFiniteError):
+        for step in range(NAN_STEP + 5):
+            factor.fill_(float("inf") if step == NAN_STEP else 1.0)
+            model(torch.randn(4, 8)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            tracker.step()
 
 
 @pytest.fixture(scope="module")
