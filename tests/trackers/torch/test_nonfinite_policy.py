@@ -85,8 +85,12 @@ def _train(logdir, *, compiled=False, stop_at=None, tracked=True, **options):
     return reports, losses, before, after, error
 
 
+@pytest.mark.parametrize("kernel", ["cpu", "array"])
 @pytest.mark.parametrize("every", [1, 10], ids=["tracked", "untracked"])
-def test_raise_stops_before_the_update(tmp_path, every):
+def test_raise_stops_before_the_update(tmp_path, monkeypatch, every, kernel):
+    """Also with the kernel of a device (``array``): the watch's counts and the step's
+    statistics stay where they were computed until the optimizer's step reads them."""
+    monkeypatch.setenv("TANDV_TB_KERNEL", kernel)
     reports, losses, before, after, error = _train(tmp_path, every=every, on_nonfinite="raise")
     assert error is not None, "no NonFiniteError"
     report = error.report
