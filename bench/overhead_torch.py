@@ -31,11 +31,16 @@ inputs, plain, ... (on a loaded machine whose speed drifts, the finest interleav
 the block-scaled formats F and G (``formats=``), interleaved in rounds, and prints what the
 formats add to tracking, as a share of a plain step (wall and the process's CPU time).
 
+``--raise`` times what ``on_nonfinite="raise"`` adds: plain training, and ``every=10``
+(whole windows) and untracked steps each under ``"record"`` (the default) and
+``"raise"`` (the step's counts read at the optimizer's step, before its update),
+interleaved in rounds.
+
 ``--memory`` also trains a small model for 2,000 tracked steps and prints the resident
 memory after 100 and after 2,000 steps (the tracker must keep nothing across steps).
 
 Run: ``.venv/bin/python bench/overhead_torch.py [--rounds R] [--steps N] [--watch]
-[--track-inputs] [--blocks F,G] [--memory]``
+[--track-inputs] [--blocks F,G] [--raise] [--memory]``
 """
 
 from __future__ import annotations
@@ -158,6 +163,35 @@ def overhead(rounds: int, steps: int, variants: tuple[str, ...] = VARIANTS) -> d
             if FLOOR in variants:
                 with floor_hooks(model, optimizer) as at_step:
                     times[FLOOR] += timed(lambda: (train(), at_step()), steps)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def raise_overhead(rounds: int, steps: int) -> dict[str, float]:
+    """Median step time of plain training and of ``every=10`` windows and untracked steps
+    under ``on_nonfinite="record"`` and ``"raise"``, in interleaved rounds."""
+    model, optimizer = make_model()
+    policies = ("record", "raise")
+    names = ["plain"] + [f"{what}, {p}" for what in ("every=10", "untracked") for p in policies]
+    times: dict[str, list[float]] = {name: [] for name in names}
+
+    def train() -> None:
+        train_step(model, optimizer)
+
+    for _ in range(3):
+        train()
+    with tempfile.TemporaryDirectory() as logdir:
+        for round_ in range(rounds):
+            times["plain"] += timed(train, steps)
+            for policy in policies:
+                run = f"{logdir}/{policy}{round_}"
+                with track(model, logdir=run, optimizer=optimizer, every=10,
+                           on_nonfinite=policy) as t:  # fmt: skip
+                    window = timed(lambda: (train(), t.step()), 10)
+                    times[f"every=10, {policy}"].append(sum(window) / len(window))
+                with track(model, logdir=run + "u", optimizer=optimizer, every=10**9,
+                           on_nonfinite=policy) as t:  # fmt: skip
+                    train(), t.step()  # step 0 is tracked
+                    times[f"untracked, {policy}"] += timed(lambda: (train(), t.step()), steps)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -351,6 +385,9 @@ def main() -> None:
         "--blocks", type=lambda text: tuple(text.split(",")), default=(),
         help="block formats (comma-separated) whose cost on top of tracking to time",
     )  # fmt: skip
+    parser.add_argument(
+        "--raise", dest="raise_", action="store_true", help='time on_nonfinite="raise"'
+    )
     parser.add_argument("--memory", action="store_true", help="also measure memory")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -383,7 +420,9 @@ def main() -> None:
         added_cpu = (with_blocks[1] - tracked[1]) / plain_cpu
         print(f"the block formats add {added_wall:+.3f}x of a plain step (CPU: {added_cpu:+.3f}x)")
         return
-    if args.track_inputs:
+    if args.raise_:
+        results = raise_overhead(args.rounds, args.steps)
+    elif args.track_inputs:
         results = inputs_overhead(args.rounds, args.steps)
     else:
         results = overhead(args.rounds, args.steps, WATCH_VARIANTS if args.watch else VARIANTS)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, ``__getatt
         write_frame,
     )
     from tandv_tb.tracking.graph_builder import GraphCaptureWarning
+    from tandv_tb.tracking.nonfinite_policy import NonFiniteError, NonFiniteWarning, StepReport
     from tandv_tb.writer import NumericsWriter, WriteFailureWarning
 
 __version__ = "0.1.0"
@@ -33,8 +34,11 @@ __all__ = [
     "EstimateWarning",
     "findings",
     "GraphCaptureWarning",
+    "NonFiniteError",
+    "NonFiniteWarning",
     "NumericsWriter",
     "SchemaError",
+    "StepReport",
     "read_frame",
     "to_tandv",
     "WriteFailureWarning",
@@ -51,6 +55,9 @@ _EXPORTS = {
     "EstimateWarning": "tandv_tb.frame",
     "findings": "tandv_tb.diagnosis",
     "GraphCaptureWarning": "tandv_tb.tracking.graph_builder",
+    "NonFiniteError": "tandv_tb.tracking.nonfinite_policy",
+    "NonFiniteWarning": "tandv_tb.tracking.nonfinite_policy",
+    "StepReport": "tandv_tb.tracking.nonfinite_policy",
     "NumericsWriter": "tandv_tb.writer",
     "SchemaError": "tandv_tb.frame",
     "read_frame": "tandv_tb.frame",

@@ -11,12 +11,19 @@ import sys
 from typing import Any
 
 from tandv_tb.torch import Tracker, track
-from tandv_tb.trainer_callbacks import WarnOnce, checked_options, refuse_tracked
+from tandv_tb.trainer_callbacks import (
+    WarnOnce,
+    checked_options,
+    refuse_tracked,
+    stopped_before_update,
+)
 
 try:
     from lightning.pytorch import Callback
+    from lightning.pytorch.utilities import rank_zero_warn
 except ImportError:  # only the older package is installed
     from pytorch_lightning import Callback
+    from pytorch_lightning.utilities import rank_zero_warn
 
 
 def _tensorboard_logger(trainer: Any) -> Any:
@@ -59,6 +66,12 @@ class NumericsCallback(Callback):
     - **Distributed** (DDP and the other strategies of ``torch.distributed``): the
       statistics are combined across ranks and rank 0 writes, as ``track`` does; with
       ``per_rank=True`` each rank writes ``<log_dir>/rank<k>``.
+    - **NaN/Inf** (``on_nonfinite``, as ``track`` takes it): under ``"raise"`` a step that
+      held NaN/Inf is found once its backward is done (``on_before_optimizer_step``), its
+      optimizer update is skipped (its gradients dropped), the reason is logged as a
+      Lightning warning and the fit stops (``trainer.should_stop``): the model and the
+      optimizer keep the last good step's state, so no checkpoint holds the poisoned one.
+      ``"warn"`` and a callable act at the end of the step, as ``track``'s.
     - Only ``fit`` is tracked (``validate``/``test``/``predict`` record nothing and warn
       once), and only the modules in training mode unless ``only_training=False``. A fit
       without an optimizer records nothing and warns once. A model already tracked by
@@ -121,6 +134,12 @@ class NumericsCallback(Callback):
             return {"logdir": trainer.log_dir}
         # Other ranks do not write (their logger's experiment is a stand-in).
         return {"writer": logger.experiment} if trainer.is_global_zero else {}
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        error = stopped_before_update(self._tracker, optimizer)
+        if error is not None:
+            trainer.should_stop = True
+            rank_zero_warn(f"{error}; the fit stops, this step's update is skipped")
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int

@@ -1,5 +1,6 @@
 """What the Lightning and Hugging Face callbacks share: their tracker options, checked when
-the callback is made; the error for a model that is tracked already; one-time warnings.
+the callback is made; the error for a model that is tracked already; one-time warnings;
+stopping a trainer before the update of a step that held NaN/Inf.
 
 The callbacks themselves are ``tandv_tb.lightning`` and ``tandv_tb.transformers``.
 """
@@ -11,9 +12,11 @@ import tempfile
 import warnings
 from typing import Any
 
+import torch
 from torch import nn
 
-from tandv_tb.torch import is_tracked, track
+from tandv_tb.torch import Tracker, is_tracked, track
+from tandv_tb.tracking.nonfinite_policy import NonFiniteError
 
 #: ``track`` keywords that the callback sets from the trainer.
 SET_BY_CALLBACK = ("module", "writer", "optimizer", "init_step")
@@ -63,3 +66,32 @@ class WarnOnce:
         if not self._done:
             self._done = True
             warnings.warn(f"tandv_tb: {self._message}", UserWarning, stacklevel=3)
+
+
+def stopped_before_update(tracker: Tracker | None, optimizer: Any) -> NonFiniteError | None:
+    """Under ``on_nonfinite="raise"``, once the step's backward is done and before its
+    optimizer update: the ``NonFiniteError`` of a step that held NaN/Inf (the tracker
+    wrote it, with the stop), its gradients dropped so that the optimizer leaves the
+    weights and its state as they are; None for a clean step.
+
+    A trainer stops cleanly where the tracker alone would raise out of its loop: the
+    optimizer still runs its step, and a parameter without a gradient is one it skips.
+    """
+    if tracker is None:
+        return None
+    try:
+        tracker.stop_if_nonfinite()
+    except NonFiniteError as error:
+        for group in _torch_optimizer(optimizer).param_groups:
+            for parameter in group["params"]:
+                parameter.grad = None
+        return error
+    return None
+
+
+def _torch_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """The ``torch.optim.Optimizer`` a trainer's wrapper holds (Lightning's and
+    Accelerate's keep it in ``.optimizer``)."""
+    while not isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = optimizer.optimizer
+    return optimizer

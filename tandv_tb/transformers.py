@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.utils import logging
 
 from tandv_tb.torch import Tracker, track
 from tandv_tb.tracking.options import default_logdir
-from tandv_tb.trainer_callbacks import WarnOnce, checked_options, refuse_tracked
+from tandv_tb.trainer_callbacks import (
+    WarnOnce,
+    checked_options,
+    refuse_tracked,
+    stopped_before_update,
+)
+
+_log = logging.get_logger(__name__)
 
 
 def _reports_to_tensorboard(args: Any) -> bool:
@@ -66,6 +74,12 @@ class NumericsCallback(TrainerCallback):
       otherwise into ``<output_dir>/runs/<date>_<host>``.
     - **Distributed**: statistics combined across ranks, the main process writes (as
       ``track``).
+    - **NaN/Inf** (``on_nonfinite``, as ``track`` takes it): under ``"raise"`` a step that
+      held NaN/Inf is found before its optimizer step (``on_pre_optimizer_step``), that
+      update is skipped (its gradients dropped), the reason is logged with the Trainer's
+      logger and training stops (``control.should_training_stop``) without saving a
+      checkpoint after it (``control.should_save`` off): the model and the optimizer keep
+      the last good step's state. ``"warn"`` and a callable act at the end of the step.
     - Only training is tracked, and only modules in training mode unless
       ``only_training=False``: ``evaluate``/``predict`` without training record nothing
       and warn once. A model already tracked by another tracker is an error at
@@ -78,6 +92,7 @@ class NumericsCallback(TrainerCallback):
         self._options = checked_options(options)
         self._tracker: Tracker | None = None
         self._trained = False
+        self._stopped = False  # training was stopped on NaN/Inf: nothing more is saved
         self._warn_not_training = WarnOnce(
             "NumericsCallback tracks Trainer.train only; evaluate and predict record no numerics"
         )
@@ -99,6 +114,7 @@ class NumericsCallback(TrainerCallback):
             destination = {"logdir": tensorboard_run(args)}
         else:
             destination = {"logdir": os.path.join(args.output_dir, default_logdir())}
+        self._stopped = False
         self._tracker = track(
             model,
             optimizer=optimizer,
@@ -106,6 +122,22 @@ class NumericsCallback(TrainerCallback):
             **destination,
             **self._options,
         )
+
+    def on_pre_optimizer_step(
+        self, args: Any, state: Any, control: Any, optimizer: Any = None, **_
+    ) -> None:
+        error = stopped_before_update(self._tracker, optimizer)
+        if error is not None:
+            self._stopped = True
+            control.should_training_stop = True
+            _log.warning(f"{error}; training stops, this step's update is skipped")
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **_) -> None:
+        if self._stopped:
+            control.should_save = False
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **_) -> None:
+        self.on_step_end(args, state, control)
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **_) -> None:
         # global_step is incremented after this event: the step just ended is global_step+1.

@@ -258,10 +258,13 @@ class NumericsWriter:
                 self._write_step_records()
             self._step_records.add(step, item)
 
-    def add_nonfinite(self, step: int, entries: Iterable[NonfiniteEntry]) -> None:
+    def add_nonfinite(
+        self, step: int, entries: Iterable[NonfiniteEntry], stopped: bool = False
+    ) -> None:
         """Record the tensors found holding NaN/Inf at ``step`` (in execution order; see
-        ``tandv_tb.disk.nonfinite_record``); nothing is written for none."""
-        self.add_records(step, [], nonfinite=entries)
+        ``tandv_tb.disk.nonfinite_record``); nothing is written for none. ``stopped``:
+        the tracker stopped training at this step."""
+        self.add_records(step, [], nonfinite=entries, stopped=stopped)
 
     def add_graph(self, graph: ModelGraph | Mapping, step: int = 0) -> None:
         """Record the model's graph, shown by the tab's Graph view: a ``ModelGraph`` or its
@@ -280,14 +283,18 @@ class NumericsWriter:
                 self._graph = value.tensor.string_val[0]
 
     def add_records(
-        self, step: int, items: Iterable[RecordItem], nonfinite: Iterable[NonfiniteEntry] = ()
+        self,
+        step: int,
+        items: Iterable[RecordItem],
+        nonfinite: Iterable[NonfiniteEntry] = (),
+        stopped: bool = False,
     ) -> None:
         """Record several tags at ``step`` in one event (as ``add_record`` each), with the
         step's non-finite tensors (as ``add_nonfinite``) where there are some; everything
         is checked before anything is written."""
         step = _check_step(step)
         nonfinite = list(nonfinite)
-        extra = [encode_nonfinite(nonfinite)] if nonfinite else []
+        extra = [encode_nonfinite(nonfinite, stopped)] if nonfinite else []
         items = list(items)
         for item in items:
             _check_item(item)

@@ -14,9 +14,13 @@ def _counts(nan: int, posinf: int, neginf: int) -> str:
     return ", ".join(f"{count} {what}" for count, what in parts if count)
 
 
-def _finding(run: str, step: int, tensor_type: str, name: str, counts, others: int) -> Finding:
+def _finding(
+    run: str, step: int, tensor_type: str, name: str, counts, others: int, stopped: bool = False
+) -> Finding:
     nan, posinf, neginf = (int(c) for c in counts)
     also = f"; {others} more tensor{'s' * (others != 1)} after it" if others else ""
+    # The tracker stopped training there (on_nonfinite="raise"), before the update.
+    stop = "; training was stopped there, before the optimizer applied the step" * stopped
     return Finding(
         run,
         step,
@@ -26,7 +30,7 @@ def _finding(run: str, step: int, tensor_type: str, name: str, counts, others: i
         name,
         float(nan + posinf + neginf),
         f"first NaN/Inf of the run at step {step}: {tensor_type} {name!r} "
-        f"({_counts(nan, posinf, neginf)}), the first in execution order{also}",
+        f"({_counts(nan, posinf, neginf)}), the first in execution order{also}{stop}",
         tensors=1 + others,
     )
 
@@ -41,7 +45,15 @@ def nonfinite_findings(watched: list[NonfiniteStep], numerics: RunNumerics) -> l
             counts = (first.nan, first.posinf, first.neginf)
             others = len(found.entries) - 1
             return [
-                _finding(numerics.run, found.step, first.tensor_type, first.name, counts, others)
+                _finding(
+                    numerics.run,
+                    found.step,
+                    first.tensor_type,
+                    first.name,
+                    counts,
+                    others,
+                    found.stopped,
+                )
             ]
     c = numerics.columns
     bad = np.flatnonzero(c["nan_count"] + c["posinf_count"] + c["neginf_count"] > 0)

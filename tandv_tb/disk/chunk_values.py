@@ -9,7 +9,7 @@ from tensorboard.compat.proto import types_pb2
 
 from tandv_tb.disk.graph_record import GraphRecord, read_graph_value
 from tandv_tb.disk.metadata import GRAPH_KIND, NONFINITE_KIND, PLUGIN_NAME
-from tandv_tb.disk.nonfinite_record import NonfiniteEntry, decode_nonfinite
+from tandv_tb.disk.nonfinite_record import NonfiniteEntry, decode_nonfinite, stopped_at
 from tandv_tb.disk.summary import encode_varints, stored_vector
 from tandv_tb.disk.tag_table import TagTable
 from tandv_tb.storage.ranges import gather_ranges
@@ -36,7 +36,8 @@ class Chunk:
     contents: np.ndarray  # uint8[sum of the non-negative sizes]
     file_offsets: np.ndarray  # int64[V]: where each value's bytes lie in the file, -1: nowhere
     problems: list[str]
-    nonfinite: list[tuple[int, list[NonfiniteEntry]]]  # (step, entries) of the watch
+    # (step, entries, stopped) of the watch: ``nonfinite_record``
+    nonfinite: list[tuple[int, list[NonfiniteEntry], bool]]
     scalars: list[tuple[str, int, float, float]]  # TensorBoard scalars: tag, step, time, value
     graphs: list[GraphRecord] = dataclasses.field(default_factory=list)  # the model's graph
 
@@ -62,7 +63,7 @@ class ChunkValues:
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.extra: list[bytes] = []  # contents of values parsed with protobuf
         self.extra_size = 0
-        self.nonfinite: list[tuple[int, list[NonfiniteEntry]]] = []
+        self.nonfinite: list[tuple[int, list[NonfiniteEntry], bool]] = []
         self.scalars: list[tuple[str, int, float, float]] = []
         self.graphs: list[GraphRecord] = []
 
@@ -155,7 +156,7 @@ class ChunkValues:
         if kind != NONFINITE_KIND:
             return
         try:
-            self.nonfinite.append((step, decode_nonfinite(value.tensor)))
+            self.nonfinite.append((step, decode_nonfinite(value.tensor), stopped_at(value)))
         except ValueError as error:
             problems.append(
                 f"{path}: skipped a malformed record of {value.tag!r} at step {step}: {error}"

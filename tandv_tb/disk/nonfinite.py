@@ -33,6 +33,9 @@ def read_nonfinite(logdir: str | os.PathLike, run: str | None = None) -> list[No
             for chunk in read_file(source, table):
                 for problem in chunk.problems:
                     warnings.warn(problem, DataWarning, stacklevel=2)
-                steps += [NonfiniteStep(name, step, tuple(e)) for step, e in chunk.nonfinite]
+                steps += [
+                    NonfiniteStep(name, step, tuple(entries), stopped)
+                    for step, entries, stopped in chunk.nonfinite
+                ]
         found += sorted(steps, key=lambda s: s.step)
     return found

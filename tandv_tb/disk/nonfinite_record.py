@@ -7,7 +7,9 @@ at a step where some were found, write one extra value into that step's event: t
 UTF-8 JSON, a list in execution order of
 ``{"tensor_type": str, "name": str, "nan": int, "posinf": int, "neginf": int}``.
 Steps without NaN/Inf write nothing. Every value carries its metadata (the tag is written
-rarely), so a reader finds it in any event file of the run.
+rarely), so a reader finds it in any event file of the run. The record of a step at which
+the tracker stopped training (``on_nonfinite="raise"``) says so in its own metadata,
+``"stopped": true``: readers of older versions ignore the key.
 
 Entries are in execution order (``metadata.execution_key``): activations (and module
 inputs) in forward order, then gradients in backward order, then weight gradients, then
@@ -54,6 +56,7 @@ class NonfiniteStep:
     run: str
     step: int
     entries: tuple[NonfiniteEntry, ...]
+    stopped: bool = False  # the tracker stopped training at this step
 
 
 def _merge_rank(tensor_type: str) -> int:
@@ -106,8 +109,11 @@ def _entry(item: object) -> NonfiniteEntry:
     return NonfiniteEntry(item["tensor_type"], item["name"], *counts)
 
 
-def encode_nonfinite(entries: Iterable[NonfiniteEntry]) -> summary_pb2.Summary.Value:
-    """The summary value of one step's non-finite tensors (``ValueError`` for a bad one)."""
+def encode_nonfinite(
+    entries: Iterable[NonfiniteEntry], stopped: bool = False
+) -> summary_pb2.Summary.Value:
+    """The summary value of one step's non-finite tensors (``ValueError`` for a bad one);
+    ``stopped``: training was stopped at this step."""
     checked = [dataclasses.asdict(_entry(entry)) for entry in entries]
     payload = json.dumps(checked, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     tensor = tensor_pb2.TensorProto(
@@ -115,8 +121,20 @@ def encode_nonfinite(entries: Iterable[NonfiniteEntry]) -> summary_pb2.Summary.V
         tensor_shape=tensor_shape_pb2.TensorShapeProto(),
         string_val=[payload],
     )
-    metadata = plugin_metadata({"version": PLAIN_VERSION, "kind": NONFINITE_KIND})
+    content: dict = {"version": PLAIN_VERSION, "kind": NONFINITE_KIND}
+    if stopped:
+        content["stopped"] = True
+    metadata = plugin_metadata(content)
     return summary_pb2.Summary.Value(tag=NONFINITE_TAG, metadata=metadata, tensor=tensor)
+
+
+def stopped_at(value: summary_pb2.Summary.Value) -> bool:
+    """Whether a record's own metadata says that training was stopped at its step."""
+    try:
+        content = json.loads(value.metadata.plugin_data.content or b"{}")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(content, dict) and content.get("stopped") is True
 
 
 def decode_nonfinite(tensor: tensor_pb2.TensorProto) -> list[NonfiniteEntry]:

@@ -17,6 +17,7 @@ from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
 from tandv_tb.jax.watch import WatchCollector, WatchResults, output_counts
+from tandv_tb.tracking.nonfinite_policy import NonfinitePolicy, StepReport
 from tandv_tb.tracking.options import TrackOptions
 from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
@@ -61,16 +62,30 @@ class Tracker(TrackerBase):
         self._results = StepResults()
         self._watch = WatchResults() if options.watch_nonfinite else None
         self._graph = FunctionGraph()
+        self._policy = NonfinitePolicy(options.on_nonfinite)
+        self._stopped: StepReport | None = None  # the step ended when training was stopped
 
     def intercept(self, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)``, recording the output of every Flax module called in it
         (``Activation``) and, where it is differentiated, the gradient w.r.t. that output
         (``Gradient``). ``fn`` may be ``jax.jit``- or ``nnx.jit``-compiled: on tracked
         steps a version of it that also returns the statistics is compiled once and run
-        in its place; on other steps ``fn`` itself runs."""
+        in its place; on other steps ``fn`` itself runs.
+
+        Under ``on_nonfinite="raise"`` the NaN/Inf counts of the call's module outputs and
+        their cotangents are read when it returns (one transfer), and where one held
+        NaN/Inf the step is written with the stop and ``NonFiniteError`` raised: the new
+        state the call computed is never handed back."""
         self._check_open()
         if not callable(fn):
             raise TypeError(f"intercept needs a function, got {type(fn).__name__}")
+        outputs = self._intercepted(fn, args, kwargs)
+        if self._policy.stops_before_update and self._stopped is None:
+            self._stop_if_nonfinite()
+        return outputs
+
+    def _intercepted(self, fn: Callable, args: tuple, kwargs: dict):
+        """``fn(*args, **kwargs)``, recorded as ``intercept`` says."""
         if not self._active and self._watch is None:
             return fn(*args, **kwargs)
         # On untracked steps the watch's variant only counts NaN/Inf in the same arrays.
@@ -136,7 +151,9 @@ class Tracker(TrackerBase):
         self._functions[key] = (unwrapped.fun, unwrapped.options, tracked)
         return tracked
 
-    def step(self, model_state: object = None, optimizer_state: object = None, grads=None):
+    def step(
+        self, model_state: object = None, optimizer_state: object = None, grads=None
+    ) -> StepReport:
         """End the current training step: call it once per step, after the update.
 
         On a tracked step this records every float array of ``model_state`` (``Weight``),
@@ -144,19 +161,57 @@ class Tracker(TrackerBase):
         ``optimizer_state`` (``Optimiser_State.<key>``), brings the step's statistics to the
         host in one transfer and writes one record per tracked tensor. NNX modules and
         optimizers given to ``track`` are read again when they are not given here.
+
+        Returns the step's ``StepReport``, acted on by ``on_nonfinite``. After a
+        ``NonFiniteError`` raised by ``intercept``, that step is already written:
+        ``step()`` returns its report and moves on.
         """
         self._check_open()
+        step = self._step
+        if self._stopped is not None:
+            report, self._stopped = self._stopped, None
+            self._discard_pending()  # what was taken since the stop
+            if self._watch is not None:
+                self._watch = WatchResults()
+            self._advance(step + 1, True)
+            return report
         if self._active:
             self._record_trees(model_state, optimizer_state, grads)
-            tripped = self._write()
+            found = self._write()
+        elif self._watch is not None:
+            found = self._watched_step(model_state, optimizer_state, grads)
         else:
-            tripped = self._watch is not None and self._watched_step(
-                model_state, optimizer_state, grads
-            )
-        self._advance(self._step + 1, tripped)
+            found = []
+        self._advance(step + 1, bool(found))
+        report = StepReport.of(step, found, checked=self._watch is not None)
+        if report.nonfinite and self._policy.acts:
+            self.flush()  # what the policy does next (a raise) loses nothing written
+            self._policy.act(report)
+        return report
 
-    def _watched_step(self, model_state: object, optimizer_state: object, grads: object) -> bool:
-        """End an untracked step with the watch; whether it found NaN/Inf."""
+    def _stop_if_nonfinite(self) -> None:
+        """Under ``on_nonfinite="raise"``, at the end of an ``intercept``: where the
+        step's module outputs or cotangents so far held NaN/Inf, write the step with the
+        stop, flush and raise ``NonFiniteError``."""
+        if self._active:
+            items = self._results.drain()
+            for item in items:  # kept, on the host, for step()
+                self._results.add(item)
+            found = entries_from_stats((i.name, i.tensor_type, i.stats) for i in items)
+            if found:
+                found = self._write()
+        else:
+            found = self._watch.drain(keep_outputs=True)
+            if found and self._writer is not None:
+                self._writer.add_nonfinite(self._step, found, stopped=True)
+        if not found:
+            return
+        self._stopped = report = StepReport.of(self._step, found)
+        self.flush()
+        self._policy.act(report)  # raises NonFiniteError
+
+    def _watched_step(self, model_state: object, optimizer_state: object, grads: object) -> list:
+        """End an untracked step with the watch; the NaN/Inf it found."""
         try:
             leaves = self._chosen(model_state, optimizer_state, grads)
         except ValueError:  # step() without the pytrees given to track(): nothing to read
@@ -164,8 +219,8 @@ class Tracker(TrackerBase):
         self._watch.add_arrays([(leaf.name, leaf.tensor_type, leaf.value) for leaf in leaves])
         found = self._watch.drain()
         if found and self._writer is not None:
-            self._writer.add_nonfinite(self._step, found)
-        return bool(found)
+            self._writer.add_nonfinite(self._step, found, self._policy.stops_before_update)
+        return found
 
     def _current(self, given: object, at_track: object, what: str) -> object:
         if given is not None:
@@ -223,8 +278,8 @@ class Tracker(TrackerBase):
                 self._config.skips.skip(leaf.name, leaf.tensor_type, verdict)
         return chosen
 
-    def _write(self) -> bool:
-        """Write the tracked step; whether the watch found NaN/Inf in it."""
+    def _write(self) -> list:
+        """Write the tracked step; the NaN/Inf the watch found in it."""
         records = self._results.drain()
         in_forward = [r for r in records if r.tensor_type in MODULE_OUTPUTS + MODULE_INPUTS]
         for record in in_forward:
@@ -251,11 +306,13 @@ class Tracker(TrackerBase):
         if self._watch is not None:
             found = entries_from_stats((r.name, r.tensor_type, r.stats) for r in records)
         if self._writer is not None:
-            self._writer.add_records(self._step, items, nonfinite=found)
+            self._writer.add_records(
+                self._step, items, nonfinite=found, stopped=self._policy.stops_before_update
+            )
             graph = self._graph.take()
             if graph is not None:
                 self._writer.add_graph(graph, self._step)
-        return bool(found)
+        return found
 
     def _pending(self) -> bool:
         return len(self._results) > 0
@@ -291,6 +348,7 @@ def track(
     writer: object = None,
     init_step: int = 0,
     watch_nonfinite: bool = True,
+    on_nonfinite: object = "record",
 ) -> Tracker:
     """Track the numerics of JAX/Flax training into TensorBoard event files.
 
@@ -327,6 +385,12 @@ def track(
     cotangents in backward order, then weight gradients, weights and optimizer state), and
     the next step is tracked in full whatever ``every`` says (once per stretch of
     non-finite steps).
+
+    ``step()`` returns the step's ``tandv_tb.StepReport``; ``on_nonfinite`` acts on a step
+    that saw NaN/Inf: ``"record"`` (the default), ``"warn"`` (once per run), ``"raise"``
+    (``tandv_tb.NonFiniteError`` from ``intercept``, before the new state it computed is
+    handed back: its counts are read when the call returns, one transfer a call), or a
+    callable taking the report. It needs the watch.
 
     Under ``jax.distributed`` every process calls ``track``, ``intercept`` and ``step`` alike
     (the statistics of a global array are computed by a program all processes run, so they

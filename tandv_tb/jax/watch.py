@@ -169,10 +169,14 @@ class WatchResults:
             rows = [(len(sources) - 1 if i < 0 else i, row) for i, row in rows]
         self._parts.append(_StepArrays([(n, t) for n, t, _ in named], rows, sources))
 
-    def drain(self) -> list[NonfiniteEntry]:
-        """The step's entries in execution order, after one transfer; empty afterwards.
+    def drain(self, keep_outputs: bool = False) -> list[NonfiniteEntry]:
+        """The step's entries in execution order, after one transfer; empty afterwards,
+        but for the counts of the compiled calls' outputs with ``keep_outputs`` (read in
+        the middle of a step: ``add_arrays`` still finds them there at ``step()``).
         (The rows are picked on the host: indexing a jax array costs 40 us.)"""
-        parts, self._parts, self._outputs = self._parts, [], {}
+        parts, self._parts = self._parts, []
+        if not keep_outputs:
+            self._outputs = {}
         host = jax.device_get(
             [
                 (p.layout, p.counts)

@@ -325,13 +325,13 @@ def _arrow(values: np.ndarray) -> pa.Array:
 def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> Columns | None:
     """The watch's entries of a chunk, one row each, ``position`` in execution order."""
     rows = [
-        (step, position, e.tensor_type, e.name, e.nan, e.posinf, e.neginf)
-        for step, entries in chunk.nonfinite
+        (step, position, e.tensor_type, e.name, e.nan, e.posinf, e.neginf, stopped)
+        for step, entries, stopped in chunk.nonfinite
         for position, e in enumerate(entries)
     ]
     if not rows:
         return None
-    step, position, tensor_type, name, nan, posinf, neginf = zip(*rows)
+    step, position, tensor_type, name, nan, posinf, neginf, stopped = zip(*rows)
     return {
         "run_id": np.full(len(rows), run_id, dtype=np.int32),
         "file_id": np.full(len(rows), file_id, dtype=np.int32),
@@ -342,6 +342,7 @@ def _nonfinite_rows(run_id: int, file_id: int, chunk: Chunk) -> Columns | None:
         "nan": np.array(nan, dtype=np.int64),
         "posinf": np.array(posinf, dtype=np.int64),
         "neginf": np.array(neginf, dtype=np.int64),
+        "stopped": np.array(stopped, dtype=bool),
     }
 
 

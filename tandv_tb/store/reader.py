@@ -292,10 +292,11 @@ class Reader:
     def nonfinite(self, run: str) -> list[NonfiniteStep]:
         """The watch's records of a run, by step, entries in execution order."""
         found: dict[int, list[NonfiniteEntry]] = {}
-        for step, tensor_type, name, nan, posinf, neginf in (
+        stopped: set[int] = set()
+        for step, tensor_type, name, nan, posinf, neginf, stop in (
             self._cursor()
             .execute(
-                "SELECT step, tensor_type, name, nan, posinf, neginf FROM nonfinite "
+                "SELECT step, tensor_type, name, nan, posinf, neginf, stopped FROM nonfinite "
                 "WHERE run_id = ? ORDER BY step, file_id, position",
                 [self._run_ids.find(run)],
             )
@@ -304,7 +305,12 @@ class Reader:
             found.setdefault(step, []).append(
                 NonfiniteEntry(tensor_type, name, nan, posinf, neginf)
             )
-        return [NonfiniteStep(run, step, tuple(entries)) for step, entries in found.items()]
+            if stop:
+                stopped.add(step)
+        return [
+            NonfiniteStep(run, step, tuple(entries), step in stopped)
+            for step, entries in found.items()
+        ]
 
     def graph(self, run: str) -> tuple[tuple[int, str] | None, list[tuple[int, str]]]:
         """The run's last readable graph record (step, graph as JSON), or None; and every

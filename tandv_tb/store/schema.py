@@ -14,7 +14,8 @@
   recorded block-scaled format does (``record.BlockCounts``: counts, every block
   (``total_blocks``) and the error's sums), one row per record and block format
   (``format_index`` in the tag's ``block_formats``); ``block_scales``: their blocks per
-  scale exponent, a row per non-empty exponent; ``nonfinite``: the watch's entries;
+  scale exponent, a row per non-empty exponent; ``nonfinite``: the watch's entries
+  (``stopped``: the tracker stopped training at that step);
   ``scalars``: TensorBoard's scalars (the loss); ``graphs``: the model's graph records
   (``tandv_tb.disk.graph_record``), each its graph as JSON or why it could not be read,
   placed in its file by the end of the piece read (``piece_end``) and its place in it.
@@ -27,7 +28,7 @@ from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat
 
 #: Bump when the tables or their stored order change: a store of another version is
 #: rebuilt, never misread.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: The SQL types of the columns a format holds per record (``Format.columns``): counts but
 #: these.
@@ -85,6 +86,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "nan BIGINT",
         "posinf BIGINT",
         "neginf BIGINT",
+        "stopped BOOLEAN",
     ),
     "graphs": (
         "run_id INTEGER",

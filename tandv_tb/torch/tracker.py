@@ -26,6 +26,7 @@ from tandv_tb.torch.ranks import Ranks
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.skips import UntrackableTensorWarning
 from tandv_tb.torch.watch import Watch
+from tandv_tb.tracking.nonfinite_policy import NonfinitePolicy, StepReport
 from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
 from tandv_tb.tracking.skips import SkipLog
@@ -88,6 +89,8 @@ class Tracker(TrackerBase):
         )
         self._gradients_read = False  # whether this step's weight gradients were read
         self._ranks_lost = False  # whether a collective failed: the tracker stopped
+        self._policy = NonfinitePolicy(options.on_nonfinite)
+        self._stopped: StepReport | None = None  # the step ended when training was stopped
         optimizer = options.optimizer
         self._optimizer_hook = None
         if optimizer is not None and self._track_weights:
@@ -95,7 +98,7 @@ class Tracker(TrackerBase):
             self._optimizer_hook = stepping.register_step_pre_hook(self._on_optimizer_step)
         self._take_tensors()
 
-    def step(self, next_step: int | None = None) -> None:
+    def step(self, next_step: int | None = None) -> StepReport:
         """End the current training step: call it once per step, after ``optimizer.step()``.
 
         On a tracked step this reads the weights and optimizer state, brings the step's
@@ -105,9 +108,14 @@ class Tracker(TrackerBase):
         tracked. The next step is numbered ``next_step`` (larger than ``current_step``;
         default ``current_step + 1``), so that a trainer whose step counter jumps keeps the
         tracker's numbers equal to its own.
+
+        Returns the step's ``StepReport`` (whether it saw NaN/Inf, and the first tensor
+        that held it), acted on by ``on_nonfinite``. After a ``NonFiniteError`` raised at
+        the optimizer's step, that step is already written: ``step()`` returns its report
+        and moves on.
         """
         if self._ranks_lost:  # it stopped when a rank was lost: training goes on
-            return
+            return StepReport(self._step, checked=False)
         self._check_open()
         if next_step is None:
             next_step = self._step + 1
@@ -118,19 +126,86 @@ class Tracker(TrackerBase):
         self._hooks.end_step()
         if self._inputs is not None:
             self._inputs.end_step()
+        if self._stopped is not None:
+            return self._after_stop(next_step)
+        step = self._step
         try:
             if self._active:
-                tripped = self._finish_step()
+                tripped, found = self._finish_step()
             else:
-                tripped = self._watch is not None and self._watched_step()
+                found = self._watched_step() if self._watch is not None else []
+                tripped = bool(found)
         except RanksLost as error:  # training goes on as it would without the tracker
             warnings.warn(f"tandv_tb: at step {self._step} {error}", RuntimeWarning, stacklevel=2)
             self._ranks_lost = True
             self._end(keep_pending=False)
-            return
+            return StepReport(step, checked=False)
         self._gradients_read = False
         self._advance(next_step, tripped)
         self._take_tensors()
+        report = StepReport.of(step, found, checked=self._watch is not None)
+        if report.nonfinite and self._policy.acts:
+            self.flush()  # what the policy does next (a raise) loses nothing written
+            self._policy.act(report)
+        return report
+
+    def stop_if_nonfinite(self) -> StepReport | None:
+        """Under ``on_nonfinite="raise"``: read the current step's NaN/Inf counts so far (one
+        device-to-host read: the watch's counters, or the statistics recorded so far) and,
+        where some tensor held NaN/Inf, write the step with the stop, flush and raise
+        ``NonFiniteError``; else return the report so far. Nothing (None) under another
+        policy, or once the step is stopped.
+
+        The optimizer's step calls it before it updates anything. A trainer whose
+        optimizer hook fires before the step's forward (Lightning runs the forward and
+        backward inside ``optimizer.step(closure)``) calls it once the backward is done.
+        """
+        if not self._policy.stops_before_update or self._stopped is not None:
+            return None
+        if self._ranks_lost or self._closed:
+            return None
+        try:
+            found = self._ranks.across(self._found_so_far())
+            if not found:
+                return StepReport.of(self._step, found)
+            if self._active:
+                _, found = self._finish_step()
+            elif self._writer is not None:
+                self._writer.add_nonfinite(self._step, found, stopped=True)
+        except RanksLost as error:
+            warnings.warn(f"tandv_tb: at step {self._step} {error}", RuntimeWarning, stacklevel=2)
+            self._ranks_lost = True
+            self._end(keep_pending=False)
+            return None
+        self._stopped = report = StepReport.of(self._step, found)
+        self.flush()
+        self._policy.act(report)  # raises NonFiniteError
+        return report
+
+    def _found_so_far(self) -> list:
+        """The NaN/Inf entries of the current step so far, read now. On a tracked step the
+        statistics recorded so far are brought to the host and kept by their ``Pending``,
+        so that ``step()`` does not read them again."""
+        if not self._active:
+            return self._watch.drain()
+        entries = self._recorder.buffer.entries()
+        parts = [p for e in entries for p in e.parts]
+        fetched = stats.fetch(parts)
+        for part, on_host in zip(parts, fetched):
+            part.ready = on_host
+        return self._nonfinite(list(zip(entries, merged(entries, fetched))))
+
+    def _after_stop(self, next_step: int) -> StepReport:
+        """``step()`` after a ``NonFiniteError``: the stopped step is written already; what
+        was taken since is dropped, and the next step is tracked (as after NaN/Inf)."""
+        report, self._stopped = self._stopped, None
+        self._recorder.drain()
+        if self._watch is not None:
+            self._watch.drain()
+        self._gradients_read = False
+        self._advance(next_step, True)
+        self._take_tensors()
+        return report
 
     def _take_tensors(self) -> None:
         """Tell the hooks and ``attach`` whether this step's tensors are taken: a tracked
@@ -145,9 +220,13 @@ class Tracker(TrackerBase):
 
     @torch.compiler.disable
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
-        """Take the weight gradients the optimizer is about to use."""
+        """Take the weight gradients the optimizer is about to use; under
+        ``on_nonfinite="raise"`` stop before it uses them where the step holds NaN/Inf."""
+        if self._stopped is not None:  # the trainer stopped this step: nothing to take
+            return
         self._tensors.take_parameters(self._parameters, self._parameters.gradients(self._selected))
         self._gradients_read = True
+        self.stop_if_nonfinite()
 
     def _parameter_tensors(self):
         """The parameters' tensors ``step()`` reads: the weight gradients the optimizer
@@ -158,17 +237,18 @@ class Tracker(TrackerBase):
             self._selected, weights=self._track_weights, optimizer_state=self._track_optimizer
         )
 
-    def _watched_step(self) -> bool:
-        """End an untracked step with the watch; whether it found NaN/Inf."""
+    def _watched_step(self) -> list:
+        """End an untracked step with the watch; the NaN/Inf it found."""
         tensors = self._parameter_tensors()  # read right away
         self._tensors.take_parameters(self._parameters, tensors, unchanged=True)
         found = self._ranks.across(self._watch.drain())
         if found and self._writer is not None:
-            self._writer.add_nonfinite(self._step, found)
-        return bool(found)
+            self._writer.add_nonfinite(self._step, found, self._policy.stops_before_update)
+        return found
 
-    def _finish_step(self) -> bool:
-        """End a tracked step; whether the watch found NaN/Inf in it."""
+    def _finish_step(self) -> tuple[bool, list]:
+        """End a tracked step; whether the watch found NaN/Inf in it (on any rank), and
+        what it found."""
         self._parameters.record(self._recorder, self._parameter_tensors())
         self._compiled.check_step(self._step)
         entries = self._recorder.drain()
@@ -187,9 +267,10 @@ class Tracker(TrackerBase):
                     for e, stats in results
                 ),
                 nonfinite=found,
+                stopped=self._policy.stops_before_update,
             )
             self._ranks.write_apart(self._step, per_rank)
-        return tripped
+        return tripped, found
 
     def _nonfinite(self, results: list) -> list:
         if self._watch is None:
@@ -258,6 +339,7 @@ def track(
     layouts: object = None,
     mesh: object = None,
     watch_nonfinite: bool = True,
+    on_nonfinite: object = "record",
 ) -> Tracker:
     """Track the numerics of ``module``'s training into TensorBoard event files.
 
@@ -291,6 +373,14 @@ def track(
     step is tracked in full whatever ``every`` says (once per stretch of non-finite
     steps). Compiled by a torch older than 2.13, untracked steps check only what
     ``step()`` reads (the graph hands nothing over).
+
+    ``step()`` returns the step's ``tandv_tb.StepReport`` (NaN/Inf seen or not, the first
+    tensor that held it). ``on_nonfinite`` says what to do at a step that saw NaN/Inf:
+    ``"record"`` (write it down, the default), ``"warn"`` (one ``NonFiniteWarning`` per
+    run), ``"raise"`` (``tandv_tb.NonFiniteError`` from ``optimizer.step()``, before it
+    updates anything: the step's counts are read then, one device-to-host read a step;
+    without ``optimizer`` the error comes from ``step()``), or a callable taking the
+    report. It needs the watch.
 
     Distributed (``torch.distributed`` initialised, more than one rank; every rank calls
     ``track`` and ``step()``): each tensor's statistics are combined across ranks in one

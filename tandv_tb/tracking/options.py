@@ -10,6 +10,7 @@ import socket
 from collections.abc import Sequence
 
 from tandv_tb.formats import check_formats
+from tandv_tb.tracking.nonfinite_policy import Policy, check_policy
 from tandv_tb.tracking.selection import Patterns, Selection
 
 
@@ -33,6 +34,7 @@ class TrackOptions:
     formats: Sequence[str]
     init_step: int
     watch_nonfinite: bool
+    on_nonfinite: Policy
     selected: Selection = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -41,6 +43,7 @@ class TrackOptions:
             raise ValueError(f"init_step must be an int >= 0, got {init_step!r}")
         if not isinstance(self.watch_nonfinite, bool):
             raise TypeError(f"watch_nonfinite must be a bool, got {self.watch_nonfinite!r}")
+        check_policy(self.on_nonfinite, self.watch_nonfinite)
         check_every(self.every)
         try:
             formats = check_formats(self.formats)

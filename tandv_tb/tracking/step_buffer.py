@@ -62,6 +62,10 @@ class StepBuffer:
         """The (name, tensor type) of every entry so far."""
         return list(self._entries)
 
+    def entries(self) -> list[Entry]:
+        """Every entry so far, in the order first added; the buffer keeps them."""
+        return list(self._entries.values())
+
     def drain(self) -> list[Entry]:
         """Every entry, in the order first added; the buffer is empty afterwards."""
         entries = list(self._entries.values())

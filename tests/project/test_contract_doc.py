@@ -3,6 +3,7 @@ the checkout (``../shared/CONTRACT.md``, as in CI), what that contract names too
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -11,6 +12,7 @@ from tandv_tb.diagnosis.base import COLUMNS, KINDS
 from tandv_tb.disk.metadata import PLUGIN_NAME, TENSOR_TYPES
 from tandv_tb.disk.record import COUNTS, STATISTICS
 from tandv_tb.frame.schema import METADATA_COLUMNS
+from tandv_tb.tracking.nonfinite_policy import POLICIES, StepReport
 from tests.helpers import REPO
 
 DOC = (REPO / "docs" / "contract.md").read_text(encoding="utf-8")
@@ -41,6 +43,15 @@ def table_names(text: str, header: str) -> tuple[str, ...]:
     match = re.search(rf"^\| {re.escape(header)} \|.*\n\|[- |]+\n((?:\|.*\n)+)", text, re.M)
     assert match, f"no table headed {header!r}"
     return tuple(re.findall(r"^\| `([^`]+)` \|", match.group(1), re.M))
+
+
+def test_the_doc_names_the_report_fields_and_the_policies():
+    policy = section(DOC, "## Acting on NaN/Inf: `on_nonfinite`")
+    rows = re.findall(r"^\| (`.*?) \|", policy, re.M)
+    named = [n for row in rows for n in re.findall(r"`([\w\"]+)`", row)]
+    fields = [f.name for f in dataclasses.fields(StepReport)]
+    assert [n for n in named if not n.startswith('"')] == fields
+    assert [n.strip('"') for n in named if n.startswith('"')] == list(POLICIES)
 
 
 def in_doc() -> dict[str, tuple[str, ...]]:

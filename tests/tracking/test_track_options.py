@@ -64,6 +64,6 @@ def test_options_are_the_signatures_keywords_and_frozen(tmp_path):
     assert shared == set(jax_signature) - {"model_state", "optimizer_state"}
     for name in shared:
         assert torch_signature[name].default == jax_signature[name].default, name
-    options = TrackOptions(None, None, 1, None, None, True, False, (), 0, True)
+    options = TrackOptions(None, None, 1, None, None, True, False, (), 0, True, "record")
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.every = 5
