@@ -26,10 +26,11 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The documentation site (mkdocs.yml says why MkDocs), built into site/. Strict: a warning,
-# a broken link or anchor, a missing snippet or API reference fails it.
+# The documentation site (docs/conf.py says why Sphinx), built afresh into site/. Strict: a
+# warning, a broken link or anchor, a missing include or a name autodoc cannot import fails it.
 docs: $(INSTALLED)
-	$(BIN)/mkdocs build --strict --quiet
+	rm -rf site
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs site
 
 # Debian's Chromium for the browser tests (Playwright's own browser download fails here).
 browser:
