@@ -32,3 +32,7 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 html_theme = "pydata_sphinx_theme"
 html_title = "tandv_tb"
+templates_path = ["_templates"]
+# Every page in the left sidebar, under its section's caption; the top bar keeps the search.
+html_sidebars = {"**": ["sidebar-global.html"]}
+html_theme_options = {"navbar_center": []}
