@@ -1,5 +1,5 @@
-"""Retake the README's pictures: a real ``tensorboard`` over the demo runs (``make demo``
-first), the Numerics tab in headless Chromium.
+"""Retake the pictures of README.md and the docs: a real ``tensorboard`` over the demo runs
+(``make demo`` first), the Numerics tab in headless Chromium.
 
 - ``docs/numerics_tab.png``: the tab as it opens: every run ticked, the view on the headline
   (the float8_e4m3fn overflow of ``torch/lr_2e-1``). Also prints how long, on the tab's
