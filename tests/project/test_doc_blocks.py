@@ -42,7 +42,7 @@ def runs_written(*runs: str):
 
 #: What a page's blocks leave behind (a page not named here only has to run).
 WRITTEN = {
-    "README.md": runs_written("quickstart", "jax_quickstart"),
+    "README.md": runs_written("quickstart", "jax_quickstart", "guarded"),
     "pytorch.md": runs_written("with_writer", "attach"),
     "lightning.md": lightning_run,
     "transformers.md": transformers_run,
@@ -52,8 +52,8 @@ WRITTEN = {
 }
 
 
-def test_readme_holds_the_two_quickstarts():
-    assert len(python_blocks(REPO / "README.md")) == 2
+def test_readme_holds_the_two_quickstarts_and_the_stop():
+    assert len(python_blocks(REPO / "README.md")) == 3
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ def test_readme_links_lead_to_files_of_the_checkout():
 
 def test_each_section_readme_lends_is_shown_by_one_page():
     sections = re.findall(r"^<!-- (\w+): start -->$", README, re.M)
-    assert sections == ["what", "commands", "pytorch", "jax"]
+    assert sections == ["what", "commands", "pytorch", "jax", "stop"]
     for name in sections:
         assert re.search(rf"^<!-- {name}: end -->$", README, re.M), name
         showing = [
