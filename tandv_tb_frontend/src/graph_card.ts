@@ -8,7 +8,7 @@
  */
 
 import * as api from "./api";
-import type { GraphNode, HeatmapResponse, MetricInfo } from "./api";
+import type { HeatmapResponse, MetricInfo } from "./api";
 import { Card } from "./card";
 import { type CellScale, cellScale, SPECIAL } from "./colors";
 import { button } from "./controls";
@@ -16,6 +16,7 @@ import { h, replaceChildren } from "./dom";
 import { type Layout, layOut } from "./graph_layout";
 import { type Coverage, GraphIndex, INPUTS, type Level, OUTPUTS, TOP } from "./graph_model";
 import { groupCells } from "./group_value";
+import { type GraphNode, type GraphResponse, graph, type TensorSpec } from "./graph_api";
 import { boundaryLines, nodeLines, specs } from "./graph_tooltip";
 import { BOX_HEIGHT, boxWidth, GraphView, type Paint, type Shown } from "./graph_view";
 import { differenceMetric, runControls } from "./heatmap_card";
@@ -47,10 +48,10 @@ export class GraphCard {
   private readonly steps: HTMLElement;
   private timer: number | undefined;
 
-  private graph: api.GraphResponse | null = null;
+  private graph: GraphResponse | null = null;
   private values: HeatmapResponse | null = null;
   private index: GraphIndex | null = null;
-  private indexOf: { graph: api.GraphResponse | null; layers: string } | null = null;
+  private indexOf: { graph: GraphResponse | null; layers: string } | null = null;
   private coverage: Coverage | null = null;
   private scale: CellScale | null = null;
   private metric: MetricInfo | null = null;
@@ -101,9 +102,9 @@ export class GraphCard {
     const run = this.store.state.heatmapRun;
     if (!this.active() || !run) return;
     const signal = this.card.signal("graph");
-    const graph = await this.card.load(() => api.graph(run, signal));
-    if (!graph || graph.run !== this.store.state.heatmapRun) return;
-    this.graph = graph;
+    const loaded = await this.card.load(() => graph(run, signal));
+    if (!loaded || loaded.run !== this.store.state.heatmapRun) return;
+    this.graph = loaded;
     this.rebuild();
   }
 
@@ -214,7 +215,7 @@ export class GraphCard {
   private boxes(level: Level): Shown[] {
     const index = this.index as GraphIndex;
     const open = index.byId.get(level.focus);
-    const boundary = (id: string, label: string, list: api.TensorSpec[] | undefined) => ({
+    const boundary = (id: string, label: string, list: TensorSpec[] | undefined) => ({
       id,
       label,
       sub: list ? specs(list) : "",

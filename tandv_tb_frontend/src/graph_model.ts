@@ -6,7 +6,7 @@
  * dotted layer names (the module tree, siblings chained in model order).
  */
 
-import type { GraphNode, GraphResponse } from "./api";
+import type { GraphNode, GraphResponse } from "./graph_api";
 import { type NameNode, nameTree } from "./name_tree";
 
 /** Ids of the boundary nodes of an open call (no recorded id starts with a NUL). */

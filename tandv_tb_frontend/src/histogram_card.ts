@@ -2,6 +2,7 @@
 
 import * as api from "./api";
 import { Card } from "./card";
+import { nullIfMissing } from "./http";
 import { button, checkbox, multiCheck, selectControl } from "./controls";
 import { debounce, h, keepFocus, replaceChildren } from "./dom";
 import { FormatColours } from "./cast_table";
@@ -221,9 +222,10 @@ export class HistogramCard {
             format: elements.length ? elements : undefined,
           };
           jobs.push(
-            api
-              .nullIfMissing(api.histogram(query, signal))
-              .then((body) => ({ key: key(type, layer, run), data: shown(body?.layers[0]) })),
+            nullIfMissing(api.histogram(query, signal)).then((body) => ({
+              key: key(type, layer, run),
+              data: shown(body?.layers[0]),
+            })),
           );
         }
       }

@@ -2,6 +2,7 @@
 
 import * as api from "./api";
 import { Card } from "./card";
+import { nullIfMissing } from "./http";
 import { checkbox, multiCheck } from "./controls";
 import { h, keepFocus, replaceChildren } from "./dom";
 import { type LineChart, LineCharts, type LineSeries } from "./lines";
@@ -87,21 +88,19 @@ export class LinesCard {
       const seriesJobs =
         layers.length && s.lineMetrics.length
           ? s.runs.map((run) =>
-              api
-                .nullIfMissing(
-                  api.series(
-                    {
-                      run,
-                      tensor_type: s.tensorType,
-                      layer: layers,
-                      metric: s.lineMetrics,
-                      points,
-                      reduce: "max",
-                    },
-                    signal,
-                  ),
-                )
-                .then((body): Series => ({ run, body })),
+              nullIfMissing(
+                api.series(
+                  {
+                    run,
+                    tensor_type: s.tensorType,
+                    layer: layers,
+                    metric: s.lineMetrics,
+                    points,
+                    reduce: "max",
+                  },
+                  signal,
+                ),
+              ).then((body): Series => ({ run, body })),
             )
           : [];
       return Promise.all([Promise.all(scalarJobs), Promise.all(seriesJobs)]);
