@@ -78,11 +78,3 @@ export async function getJson<T>(route: string, params: Params, signal?: AbortSi
 export function isAbort(error: unknown): boolean {
   return error instanceof DOMException && error.name === "AbortError";
 }
-
-/** ``request``'s body, or null where the route answered 404 (a run without that layer). */
-export function nullIfMissing<T>(request: Promise<T>): Promise<T | null> {
-  return request.catch((error: unknown) => {
-    if (isAbort(error) || !(error instanceof ApiError) || error.status !== 404) throw error;
-    return null;
-  });
-}
