@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, take_reported
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +21,26 @@ def browser():
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(autouse=True)
+def page_problems(request) -> Iterator[None]:
+    """A test that drives Chromium fails at teardown if a page logged a console error, threw,
+    opened a dialog or got an answer with an HTTP error since the test before (a module's
+    page opens before its first test). A test that causes such errors on purpose says so,
+    ``@pytest.mark.page_errors(reason, *patterns)``: what a pattern finds (``re.search``)
+    is expected there, anything else still fails it."""
+    yield
+    if "browser" not in request.fixturenames:
+        return
+    reported = take_reported()
+    expected: list[str] = []
+    marker = request.node.get_closest_marker("page_errors")
+    if marker is not None:
+        reason, *expected = marker.args
+        assert reason and expected, "page_errors takes a reason, then the expected patterns"
+    unexpected = [p for p in reported if not any(re.search(e, p) for e in expected)]
+    assert unexpected == [], f"the page reported problems: {unexpected}"
 
 
 def pytest_configure(config):

@@ -8,6 +8,7 @@ import { FindingsCard } from "./findings_card";
 import { GraphCard } from "./graph_card";
 import { HeatmapCard } from "./heatmap_card";
 import { HistogramCard } from "./histogram_card";
+import { ApiError, isAbort } from "./http";
 import { LinesCard } from "./lines_card";
 import { rules } from "./rules";
 import type { State } from "./state";
@@ -122,9 +123,9 @@ export class App {
         metrics: metrics?.metrics ?? known?.metrics ?? [],
       };
     } catch (error) {
-      if (api.isAbort(error)) return;
+      if (isAbort(error)) return;
       this.root.dataset.state = "error";
-      const storage = error instanceof api.ApiError ? error.storage : null;
+      const storage = error instanceof ApiError ? error.storage : null;
       this.root.dataset.storage = storage ?? "";
       const message = error instanceof Error ? error.message : String(error);
       replaceChildren(this.main, [

@@ -1,6 +1,6 @@
 /** A card of the page: title, tools, message and body, with a loading bar for slow fetches. */
 
-import { isAbort } from "./api";
+import { isAbort } from "./http";
 import { emptyState, h, replaceChildren } from "./dom";
 
 export class Card {

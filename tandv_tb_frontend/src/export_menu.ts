@@ -1,6 +1,6 @@
 /** The "Export CSV" menu: links to the CSV routes for what the tab shows. */
 
-import * as api from "./api";
+import { type Params, url } from "./http";
 import { h, replaceChildren } from "./dom";
 import { panelLayers } from "./rules";
 import type { Store } from "./store";
@@ -11,7 +11,7 @@ export class ExportMenu {
   /** ``heatmapParams`` gives the heatmap route's parameters as the heatmap card asks them. */
   constructor(
     private readonly store: Store,
-    private readonly heatmapParams: () => api.Params | null,
+    private readonly heatmapParams: () => Params | null,
   ) {
     store.on(
       [
@@ -34,27 +34,27 @@ export class ExportMenu {
     const s = this.store.state;
     const links: [string, string][] = [];
     const heat = this.heatmapParams();
-    if (heat) links.push([`Heatmap (${s.heatmapRun})`, api.url("heatmap.csv", heat)]);
+    if (heat) links.push([`Heatmap (${s.heatmapRun})`, url("heatmap.csv", heat)]);
     const layers = panelLayers(s);
     for (const run of s.runs) {
       if (layers.length) {
         const common = { run, tensor_type: s.tensorType, layer: layers };
         links.push([
           `Histograms (${run})`,
-          api.url("histogram.csv", { ...common, step: s.step ?? undefined }),
+          url("histogram.csv", { ...common, step: s.step ?? undefined }),
         ]);
         links.push([
           `Series (${run})`,
-          api.url("series.csv", { ...common, metric: s.lineMetrics, format: s.metricFormat }),
+          url("series.csv", { ...common, metric: s.lineMetrics, format: s.metricFormat }),
         ]);
         if (s.catalog?.runs.find((r) => r.run === run)?.block_formats.length) {
           // every step of each block format of the layers: counts, SNR, blocks per scale
-          links.push([`Block formats (${run})`, api.url("blocks.csv", common)]);
+          links.push([`Block formats (${run})`, url("blocks.csv", common)]);
         }
       }
       if (s.catalog?.scalarRuns.has(run))
-        links.push([`Scalars (${run})`, api.url("scalars.csv", { run })]);
-      links.push([`Layers (${run})`, api.url("layers.csv", { run, tensor_type: s.tensorType })]);
+        links.push([`Scalars (${run})`, url("scalars.csv", { run })]);
+      links.push([`Layers (${run})`, url("layers.csv", { run, tensor_type: s.tensorType })]);
     }
     replaceChildren(this.root, [
       h("details", { class: "tv-export", data: { control: "export" } }, [

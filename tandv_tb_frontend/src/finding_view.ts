@@ -5,7 +5,7 @@
  * at its step.
  */
 
-import type { Finding, FindingsResponse } from "./api";
+import type { Finding, FindingsResponse } from "./findings_api";
 import type { HeatmapCard } from "./heatmap_card";
 import type { Model } from "./store";
 

@@ -12,7 +12,7 @@
  * as text only.
  */
 
-import type { Finding, FindingFold, FindingGroup, FindingsResponse } from "./api";
+import type { Finding, FindingFold, FindingGroup, FindingsResponse } from "./findings_api";
 import { h, keepFocus, replaceChildren } from "./dom";
 
 const SEVERITIES = ["error", "warning", "info"] as const;

@@ -5,7 +5,7 @@
  * histogram.
  */
 
-import * as api from "./api";
+import { type Finding, findings } from "./findings_api";
 import { Card } from "./card";
 import { FindingsList } from "./findings";
 import { findingView, headlineToOpen } from "./finding_view";
@@ -30,7 +30,7 @@ export class FindingsCard {
     if (!s.catalog) return;
     const runs = s.runs;
     const signal = this.card.signal("findings");
-    const data = await this.card.load(() => api.findings(runs, signal));
+    const data = await this.card.load(() => findings(runs, signal));
     if (!data) return;
     void this.store.update({ findings: data });
     if (data.findings.length === 0) {
@@ -47,7 +47,7 @@ export class FindingsCard {
   }
 
   /** Show a finding; ``opening``: the tab's own view of the headline, not the user's. */
-  private show(finding: api.Finding, opening = false): void {
+  private show(finding: Finding, opening = false): void {
     const patch = findingView(finding, this.store.state, this.heatmap);
     this.list.mark(finding);
     void this.store.update(opening ? { ...patch, headlineShown: finding } : patch);

@@ -2,26 +2,21 @@
  * The "Model graph" card, shown instead of the heatmap (``view: "graph"``): the run's
  * module calls laid out top to bottom, one open call at a time (a click opens a module, the
  * breadcrumb goes back), each box coloured by the tab's metric at the chosen step, a
- * collapsed module by its worst layer. The values are the heatmap route's, one column per
- * recorded step (up to 10,000), so the graph and the heatmap show the same numbers.
+ * collapsed module as the heatmap colours a collapsed group (``group_value.ts``). The
+ * values are the heatmap route's, one column per recorded step (up to 10,000), so the
+ * graph and the heatmap show the same numbers.
  */
 
 import * as api from "./api";
-import type { GraphNode, HeatmapResponse, MetricInfo } from "./api";
+import type { HeatmapResponse, MetricInfo } from "./api";
 import { Card } from "./card";
 import { type CellScale, cellScale, SPECIAL } from "./colors";
 import { button } from "./controls";
 import { h, replaceChildren } from "./dom";
 import { type Layout, layOut } from "./graph_layout";
-import {
-  type Coverage,
-  GraphIndex,
-  INPUTS,
-  type Level,
-  OUTPUTS,
-  TOP,
-  worstValue,
-} from "./graph_model";
+import { type Coverage, GraphIndex, INPUTS, type Level, OUTPUTS, TOP } from "./graph_model";
+import { groupCells } from "./group_value";
+import { type GraphNode, type GraphResponse, graph, type TensorSpec } from "./graph_api";
 import { boundaryLines, nodeLines, specs } from "./graph_tooltip";
 import { BOX_HEIGHT, boxWidth, GraphView, type Paint, type Shown } from "./graph_view";
 import { differenceMetric, runControls } from "./heatmap_card";
@@ -53,10 +48,10 @@ export class GraphCard {
   private readonly steps: HTMLElement;
   private timer: number | undefined;
 
-  private graph: api.GraphResponse | null = null;
+  private graph: GraphResponse | null = null;
   private values: HeatmapResponse | null = null;
   private index: GraphIndex | null = null;
-  private indexOf: { graph: api.GraphResponse | null; layers: string } | null = null;
+  private indexOf: { graph: GraphResponse | null; layers: string } | null = null;
   private coverage: Coverage | null = null;
   private scale: CellScale | null = null;
   private metric: MetricInfo | null = null;
@@ -107,9 +102,9 @@ export class GraphCard {
     const run = this.store.state.heatmapRun;
     if (!this.active() || !run) return;
     const signal = this.card.signal("graph");
-    const graph = await this.card.load(() => api.graph(run, signal));
-    if (!graph || graph.run !== this.store.state.heatmapRun) return;
-    this.graph = graph;
+    const loaded = await this.card.load(() => graph(run, signal));
+    if (!loaded || loaded.run !== this.store.state.heatmapRun) return;
+    this.graph = loaded;
     this.rebuild();
   }
 
@@ -220,7 +215,7 @@ export class GraphCard {
   private boxes(level: Level): Shown[] {
     const index = this.index as GraphIndex;
     const open = index.byId.get(level.focus);
-    const boundary = (id: string, label: string, list: api.TensorSpec[] | undefined) => ({
+    const boundary = (id: string, label: string, list: TensorSpec[] | undefined) => ({
       id,
       label,
       sub: list ? specs(list) : "",
@@ -277,14 +272,12 @@ export class GraphCard {
     return found < 0 ? columns.length - 1 : found;
   }
 
-  /** A box's value at the chosen step: its own layer's, or a collapsed module's worst. */
+  /** A box's value at the chosen step: its rows' folded as the heatmap folds a group's. */
   private valueOf(id: string, column: number): number | null {
     const { values, coverage } = this;
     if (!values || !coverage || column < 0) return null;
-    const rows = coverage.all.get(id) ?? [];
-    const byMagnitude = !!values.minus_run;
-    const columns = values.columns.length;
-    return worstValue(rows, column, columns, values.values, values.missing, byMagnitude);
+    const cell = groupCells(values, coverage.all.get(id) ?? [], column, column + 1);
+    return cell.missing[0] ? null : cell.values[0];
   }
 
   private recolour(): void {

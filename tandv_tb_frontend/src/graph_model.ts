@@ -6,7 +6,8 @@
  * dotted layer names (the module tree, siblings chained in model order).
  */
 
-import type { GraphNode, GraphResponse } from "./api";
+import type { GraphNode, GraphResponse } from "./graph_api";
+import { type NameNode, nameTree } from "./name_tree";
 
 /** Ids of the boundary nodes of an open call (no recorded id starts with a NUL). */
 export const INPUTS = "\u0000inputs";
@@ -105,33 +106,29 @@ export class GraphIndex {
   }
 
   /**
-   * The module tree of layer names (in model order): a node per dotted prefix, its
-   * children chained in the order their first layer comes.
+   * The module tree of layer names (in model order, ``name_tree.ts``): a node per dotted
+   * prefix, its children chained in the order their first layer comes.
    */
   static fromLayers(layers: { layer: string; module_type: string }[]): GraphIndex {
-    const nodes = new Map<string, GraphNode>();
-    for (const { layer, module_type } of layers) {
-      const parts = layer.split(".");
-      for (let depth = 1; depth <= parts.length; depth++) {
-        const prefix = parts.slice(0, depth).join(".");
-        const found = nodes.get(prefix);
-        if (found) {
-          if (depth === parts.length) found.module_type = module_type;
-          continue;
-        }
-        nodes.set(prefix, {
-          id: prefix,
-          layer: prefix,
-          module_type: depth === parts.length ? module_type : "",
-          parent: depth > 1 ? parts.slice(0, depth - 1).join(".") : null,
-          order: nodes.size,
+    const nodes: GraphNode[] = [];
+    const add = (parent: NameNode): void => {
+      for (const child of parent.children) {
+        nodes.push({
+          id: child.prefix,
+          layer: child.prefix,
+          module_type: child.layer === null ? "" : layers[child.layer].module_type,
+          parent: parent === root ? null : parent.prefix,
+          order: nodes.length,
           inputs: [],
           outputs: [],
           extra: {},
         });
+        add(child);
       }
-    }
-    const index = new GraphIndex([...nodes.values()], [], false);
+    };
+    const root = nameTree(layers.map((layer) => layer.layer));
+    add(root);
+    const index = new GraphIndex(nodes, [], false);
     for (const siblings of index.children.values()) {
       for (let i = 1; i < siblings.length; i++) {
         index.edges.push({ source: siblings[i - 1].id, target: siblings[i].id });
@@ -276,30 +273,4 @@ export class GraphIndex {
     const calls = this.calls.get(node.layer) ?? [];
     return calls.length > 1 ? `call ${calls.indexOf(node) + 1} of ${calls.length}` : "";
   }
-}
-
-/**
- * A collapsed call's value in one column: the worst of its rows (the largest, or with
- * ``byMagnitude`` the farthest from 0, sign kept); NaN wins so that no problem hides;
- * null when no row has data there.
- */
-export function worstValue(
-  rows: number[],
-  column: number,
-  columns: number,
-  values: Float64Array,
-  missing: Uint8Array,
-  byMagnitude: boolean,
-): number | null {
-  let found: number | null = null;
-  for (const row of rows) {
-    const at = row * columns + column;
-    if (missing[at]) continue;
-    const value = values[at];
-    if (Number.isNaN(value)) return NaN;
-    if (found === null || (byMagnitude ? Math.abs(value) > Math.abs(found) : value > found)) {
-      found = value;
-    }
-  }
-  return found;
 }

@@ -1,6 +1,6 @@
 /** The Graph view's tooltip: what a box stands for, as text (never markup). */
 
-import type { GraphNode, TensorSpec } from "./api";
+import type { GraphNode, TensorSpec } from "./graph_api";
 import { h } from "./dom";
 
 /** Shapes as ``[2, 16, 32] float32``. */

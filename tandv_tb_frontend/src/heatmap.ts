@@ -13,16 +13,9 @@
 import type { HeatmapResponse, MetricInfo } from "./api";
 import { type CellScale, cellScale } from "./colors";
 import { h, placeTooltip, replaceChildren } from "./dom";
-import { buildRows, type Row, rowValues } from "./tree";
-import {
-  cellPixels,
-  columnStep,
-  drawAxis,
-  legend,
-  type RowCells,
-  stepScale,
-  tooltipLines,
-} from "./heatmap_draw";
+import { rowCells, type RowCells } from "./group_value";
+import { buildRows, type Row } from "./tree";
+import { cellPixels, columnStep, drawAxis, legend, stepScale, tooltipLines } from "./heatmap_draw";
 import { StepZoom } from "./heatmap_zoom";
 import { VirtualRows } from "./virtual";
 
@@ -228,7 +221,7 @@ export class Heatmap {
     const rows = this.rows.length;
     this.canvas.width = Math.max(1, columns);
     this.canvas.height = Math.max(1, rows);
-    this.rowCells = this.rows.map((row) => rowValues(row, data.values, data.missing, columns));
+    this.rowCells = this.rows.map((row) => rowCells(data, row.indices));
     if (columns > 0 && rows > 0) {
       const image = cellPixels(this.rowCells, columns, scale);
       this.canvas.getContext("2d")?.putImageData(image, 0, 0);
@@ -309,6 +302,11 @@ export class Heatmap {
       ...tooltipLines(data, this.metric, this.rows[cell.row], this.rowCells[cell.row], cell.column),
     );
     this.tooltip.dataset.step = String(columnStep(column));
+    // The exact value, as a graph box carries its own (the text is rounded).
+    const cells = this.rowCells[cell.row];
+    this.tooltip.dataset.value = cells.missing[cell.column]
+      ? ""
+      : String(cells.values[cell.column]);
     placeTooltip(this.tooltip, event, 90);
     const left = this.columnLeft(cell.column);
     const right = this.columnLeft(cell.column + 1);

@@ -2,6 +2,7 @@
 
 import * as api from "./api";
 import type { MetricInfo } from "./api";
+import type { Params } from "./http";
 import { Card } from "./card";
 import { button, selectControl } from "./controls";
 import { type Child, h, replaceChildren } from "./dom";
@@ -47,7 +48,7 @@ export class HeatmapCard {
   }
 
   /** The heatmap route's parameters for the current choices (null until they are known). */
-  params(): api.Params | null {
+  params(): Params | null {
     const s = this.store.state;
     const metric = this.metricInfo();
     if (!s.heatmapRun || !s.tensorType || !metric) return null;

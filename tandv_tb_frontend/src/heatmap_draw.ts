@@ -8,10 +8,8 @@ import type { HeatmapColumn, HeatmapResponse, MetricInfo } from "./api";
 import { type CellScale, SPECIAL, SPECIAL_PACKED } from "./colors";
 import { h } from "./dom";
 import { formatValue } from "./numbers";
+import { groupRule, type RowCells } from "./group_value";
 import type { Row } from "./tree";
-
-/** A drawn row's values and "no data" marks, one per column. */
-export type RowCells = { values: Float64Array; missing: Uint8Array };
 
 /**
  * The step a column stands for: the server's ``step`` (its first recorded step). The tooltip
@@ -143,8 +141,9 @@ export function tooltipLines(
     column.first_step === column.last_step
       ? `step ${columnStep(column)}`
       : `step ${columnStep(column)} (column of steps ${column.first_step}–${column.last_step}: ${column.count} recorded, ${data.reduce})`;
+  const rule = groupRule(data);
   const name =
-    row.kind === "group" ? `${row.key}.* (max of ${row.indices.length} layers)` : row.key;
+    row.kind === "group" ? `${row.key}.* (${rule} of ${row.indices.length} layers)` : row.key;
   const exact = row.indices.every((i) => data.exact[i]);
   return [
     h("div", { class: "tv-tooltip-name", text: name }),

@@ -6,6 +6,7 @@ import { button, checkbox, multiCheck, selectControl } from "./controls";
 import { debounce, h, keepFocus, replaceChildren } from "./dom";
 import { FormatColours } from "./cast_table";
 import { type Panel, renderHistograms } from "./histogram";
+import { recordedLayers } from "./run_layers";
 import {
   isBlockFormat,
   layersCurrent,
@@ -175,7 +176,8 @@ export class HistogramCard {
 
   private async load(): Promise<void> {
     const s = this.store.state;
-    if (!layersCurrent(s)) return;
+    const catalog = s.catalog;
+    if (!catalog || !layersCurrent(s)) return;
     const layers = panelLayers(s);
     if (layers.length === 0) {
       this.panels = [];
@@ -206,31 +208,32 @@ export class HistogramCard {
         ? (ticked ?? []).filter((f) => isBlock(f) && !data.blocks.some((b) => b.format === f))
         : [];
     const key = (type: string, layer: string, run: string) => `${type}\u0000${layer}\u0000${run}`;
-    const jobs: Promise<{ key: string; data: api.HistogramLayer | null }>[] = [];
-    for (const type of types) {
-      for (const layer of layers) {
-        for (const run of s.runs) {
-          // Block formats are never asked for by name: each layer sends every one it
-          // recorded (few, exact), and only those ticked are shown.
-          const elements = (s.overlays ?? []).filter((f) => !isBlock(f));
-          const query = {
-            run,
-            tensor_type: type,
-            layer,
-            step: s.step ?? undefined,
-            format: elements.length ? elements : undefined,
-          };
-          jobs.push(
-            api
-              .nullIfMissing(api.histogram(query, signal))
-              .then((body) => ({ key: key(type, layer, run), data: shown(body?.layers[0]) })),
-          );
-        }
-      }
-    }
+    // Block formats are never asked for by name: each layer sends every one it recorded
+    // (few, exact), and only those ticked are shown.
+    const elements = (s.overlays ?? []).filter((f) => !isBlock(f));
+    /** The histograms of the chosen layers that ``run`` recorded as ``type``. */
+    const fetchRun = async (type: string, run: string) => {
+      const recorded = await recordedLayers(catalog, run, type);
+      const query = (layer: string) => ({
+        run,
+        tensor_type: type,
+        layer,
+        step: s.step ?? undefined,
+        format: elements.length ? elements : undefined,
+      });
+      return Promise.all(
+        layers
+          .filter((layer) => recorded.has(layer))
+          .map(async (layer) => {
+            const body = await api.histogram(query(layer), signal);
+            return { key: key(type, layer, run), data: shown(body.layers[0]) };
+          }),
+      );
+    };
+    const jobs = types.flatMap((type) => s.runs.map((run) => fetchRun(type, run)));
     const results = await this.card.load(() => Promise.all(jobs));
     if (!results) return;
-    const byKey = new Map(results.map((r) => [r.key, r.data]));
+    const byKey = new Map(results.flat().map((r) => [r.key, r.data]));
     const colours = s.catalog?.colours ?? new Map<string, string>();
     this.panels = [];
     const side = s.compare === "side" && s.runs.length > 1;

@@ -6,6 +6,7 @@ import { checkbox, multiCheck } from "./controls";
 import { h, keepFocus, replaceChildren } from "./dom";
 import { type LineChart, LineCharts, type LineSeries } from "./lines";
 import { layersCurrent, panelLayers } from "./rules";
+import { recordedLayers } from "./run_layers";
 import type { Model, Store } from "./store";
 
 const DASHES: (number[] | undefined)[] = [undefined, [6, 3], [2, 3], [8, 3, 2, 3]];
@@ -73,8 +74,9 @@ export class LinesCard {
   /** Fetch and draw the charts (also at a new width or theme). */
   async load(): Promise<void> {
     const s = this.store.state;
-    if (!s.catalog || !layersCurrent(s)) return;
-    const scalarRuns = s.catalog.scalarRuns;
+    const catalog = s.catalog;
+    if (!catalog || !layersCurrent(s)) return;
+    const scalarRuns = catalog.scalarRuns;
     const layers = panelLayers(s);
     const signal = this.card.signal("lines");
     this.loadedWidth = this.grid.clientWidth;
@@ -84,26 +86,16 @@ export class LinesCard {
       const scalarJobs = s.runs
         .filter((run) => scalarRuns.has(run))
         .map((run) => api.scalars(run, signal).then((body) => ({ run, body })));
-      const seriesJobs =
-        layers.length && s.lineMetrics.length
-          ? s.runs.map((run) =>
-              api
-                .nullIfMissing(
-                  api.series(
-                    {
-                      run,
-                      tensor_type: s.tensorType,
-                      layer: layers,
-                      metric: s.lineMetrics,
-                      points,
-                      reduce: "max",
-                    },
-                    signal,
-                  ),
-                )
-                .then((body): Series => ({ run, body })),
-            )
-          : [];
+      /** The series of the chosen layers that ``run`` recorded (none: nothing asked). */
+      const fetchRun = async (run: string): Promise<Series> => {
+        const recorded = await recordedLayers(catalog, run, s.tensorType);
+        const layer = layers.filter((name) => recorded.has(name));
+        if (!layer.length) return { run, body: null };
+        const metric = s.lineMetrics;
+        const query = { run, tensor_type: s.tensorType, layer, metric, points, reduce: "max" };
+        return { run, body: await api.series(query, signal) };
+      };
+      const seriesJobs = layers.length && s.lineMetrics.length ? s.runs.map(fetchRun) : [];
       return Promise.all([Promise.all(scalarJobs), Promise.all(seriesJobs)]);
     };
     const result = await this.card.load(work);

@@ -2,14 +2,13 @@
 
 import type {
   BlockFormatInfo,
-  Finding,
-  FindingsResponse,
   FormatLimits,
   HeatmapResponse,
   LayerInfo,
   MetricInfo,
   RunInfo,
 } from "./api";
+import type { Finding, FindingsResponse } from "./findings_api";
 import { DEFAULT_STATE, saveState, type State } from "./state";
 
 /** What the runs, formats and metrics routes sent (reloaded by TensorBoard's reload). */

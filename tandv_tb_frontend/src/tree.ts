@@ -1,9 +1,10 @@
 /**
- * Heatmap rows as a tree of module prefixes: ``blocks.3.attn`` and ``blocks.3.mlp`` sit in
- * the group ``blocks.3``, which sits in ``blocks``. A collapsed group is one row whose cells
- * are the max over its layers (NaN if any layer is NaN, so no problem is hidden). Groups and
- * layers keep model order: a group sits where its first layer does.
+ * Heatmap rows from the tree of layer names (``name_tree.ts``): a group row per module
+ * prefix, open or collapsed, and a row per layer shown. A collapsed group's cells are its
+ * layers' folded by ``groupCells`` (``group_value.ts``), the rule the graph uses too.
  */
+
+import { type NameNode, nameTree } from "./name_tree";
 
 export interface Row {
   kind: "layer" | "group";
@@ -17,47 +18,10 @@ export interface Row {
   expanded: boolean;
 }
 
-interface Node {
-  prefix: string;
-  children: Map<string, Node>;
-  layer: number | null;
-  first: number;
-  all: number[];
-}
-
-function newNode(prefix: string): Node {
-  return { prefix, children: new Map(), layer: null, first: Infinity, all: [] };
-}
-
-function buildTrie(names: string[]): Node {
-  const root = newNode("");
-  names.forEach((name, index) => {
-    let node = root;
-    node.all.push(index);
-    node.first = Math.min(node.first, index);
-    const parts = name.split(".");
-    parts.forEach((part, depth) => {
-      const prefix = parts.slice(0, depth + 1).join(".");
-      let child = node.children.get(part);
-      if (!child) {
-        child = newNode(prefix);
-        node.children.set(part, child);
-      }
-      child.all.push(index);
-      child.first = Math.min(child.first, index);
-      node = child;
-    });
-    node.layer = index;
-  });
-  return root;
-}
-
 /** Merge a group that holds a single child and no layer of its own into that child. */
-function compress(node: Node): Node {
+function compress(node: NameNode): NameNode {
   let current = node;
-  while (current.layer === null && current.children.size === 1) {
-    current = [...current.children.values()][0];
-  }
+  while (current.layer === null && current.children.length === 1) current = current.children[0];
   return current;
 }
 
@@ -73,19 +37,17 @@ function relative(name: string, parentPrefix: string): string {
  */
 export function buildRows(names: string[], isExpanded: (prefix: string) => boolean): Row[] {
   const rows: Row[] = [];
-  const visit = (parent: Node, parentPrefix: string, depth: number): void => {
-    const children = [...parent.children.values()].map(compress);
+  const visit = (parent: NameNode, parentPrefix: string, depth: number): void => {
+    const children = parent.children.map(compress);
     // A group's own layer (a module's output beside its submodules') sits among its
     // children in model order.
-    if (parent.layer !== null && parent.children.size > 0) {
-      const own = newNode(parent.prefix);
-      own.layer = parent.layer;
-      own.first = parent.layer;
-      children.push(own);
+    if (parent.layer !== null && parent.children.length > 0) {
+      const { prefix, layer } = parent;
+      children.push({ prefix, children: [], layer, first: layer, all: [layer] });
+      children.sort((a, b) => a.first - b.first);
     }
-    children.sort((a, b) => a.first - b.first);
     for (const child of children) {
-      if (child.children.size === 0 && child.layer !== null) {
+      if (child.children.length === 0 && child.layer !== null) {
         const name = names[child.layer];
         const own = child.prefix === parent.prefix;
         rows.push({
@@ -110,44 +72,8 @@ export function buildRows(names: string[], isExpanded: (prefix: string) => boole
       if (expanded) visit(child, child.prefix, depth + 1);
     }
   };
-  visit(buildTrie(names), "", 0);
+  visit(nameTree(names), "", 0);
   return rows;
-}
-
-/**
- * One row's cell values: a layer's own, or for a group the max over its layers per column
- * (NaN wins, columns where no layer has data stay missing).
- */
-export function rowValues(
-  row: Row,
-  values: Float64Array,
-  missing: Uint8Array,
-  columns: number,
-): { values: Float64Array; missing: Uint8Array } {
-  if (row.indices.length === 1) {
-    const start = row.indices[0] * columns;
-    return {
-      values: values.subarray(start, start + columns),
-      missing: missing.subarray(start, start + columns),
-    };
-  }
-  const out = new Float64Array(columns).fill(-Infinity);
-  const none = new Uint8Array(columns).fill(1);
-  const isNan = new Uint8Array(columns);
-  for (const index of row.indices) {
-    const start = index * columns;
-    for (let c = 0; c < columns; c++) {
-      if (missing[start + c]) continue;
-      none[c] = 0;
-      const value = values[start + c];
-      if (Number.isNaN(value)) isNan[c] = 1;
-      else if (value > out[c]) out[c] = value;
-    }
-  }
-  for (let c = 0; c < columns; c++) {
-    if (none[c] || isNan[c]) out[c] = NaN;
-  }
-  return { values: out, missing: none };
 }
 
 /**

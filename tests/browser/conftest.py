@@ -18,9 +18,6 @@ def session(browser, tensorboard) -> Iterator[Tab]:
 
 
 @pytest.fixture
-def tab(session: Tab) -> Iterator[Tab]:
-    """The Numerics tab afresh (saved state cleared, the plugin's frame reloaded); the test
-    fails if the page reported a problem meanwhile."""
-    opened = reopen(session)
-    yield opened
-    assert session.problems == [], f"the page reported problems: {session.problems}"
+def tab(session: Tab) -> Tab:
+    """The Numerics tab afresh (saved state cleared, the plugin's frame reloaded)."""
+    return reopen(session)

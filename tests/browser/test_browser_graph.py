@@ -47,9 +47,7 @@ def write_logdir(root: Path) -> None:
     runs = {"torch": (layers, gpt_graph(2), 1.0), "other": (layers, gpt_graph(2), 0.25)}
     runs["plain"] = (layers, None, 1.0)
     hostile = residual_graph()
-    # Every run holds the GPT's layers: the histogram fetches the chosen layer of each.
-    named = dict.fromkeys([*layers, *(n["layer"] for n in hostile["nodes"])])
-    runs["hostile"] = (list(named), hostile, 1.0)
+    runs["hostile"] = (list(dict.fromkeys(n["layer"] for n in hostile["nodes"])), hostile, 1.0)
     for run, (names, graph, scale) in runs.items():
         with NumericsWriter(str(root / run), formats=(FORMAT,)) as writer:
             for step in STEPS:

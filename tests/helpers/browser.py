@@ -107,12 +107,11 @@ def fetch(url: str, route: str, timeout: float = 120) -> tuple[bytes, str]:
 
 
 class Tab:
-    """TensorBoard's page on the Numerics tab, its plugin frame, and what went wrong."""
+    """TensorBoard's page on the Numerics tab and its plugin frame."""
 
-    def __init__(self, page, frame, problems: list[str]):
+    def __init__(self, page, frame):
         self.page = page
         self.frame = frame
-        self.problems = problems
 
     def ready(self, card: str, timeout_ms: int = TIMEOUT_MS) -> None:
         self.frame.wait_for_selector(
@@ -173,20 +172,42 @@ def css(text: str) -> str:
     )
 
 
-def watch(page, problems: list[str]) -> None:
-    """Record console errors, uncaught exceptions and dialogs of ``page`` in ``problems``."""
+#: What the watched pages reported (console errors, uncaught exceptions, dialogs, answers
+#: with an HTTP error) since a test last took it: the ``page_problems`` fixture
+#: (tests/conftest.py) takes it after each test and fails the test if it holds anything.
+#: One list for every page, because a module's page outlives its tests.
+REPORTED: list[str] = []
+
+
+def watch(page) -> None:
+    """Record in ``REPORTED`` what ``page`` reports that no working tab should."""
     page.on(
         "console",
         lambda message: (
-            problems.append(f"console.{message.type}: {message.text}")
+            REPORTED.append(f"console.{message.type}: {message.text}")
             if message.type == "error"
             else None
         ),
     )
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("pageerror", lambda error: REPORTED.append(f"page error: {error}"))
     page.on(
-        "dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss())
+        "dialog", lambda dialog: (REPORTED.append(f"dialog: {dialog.message}"), dialog.dismiss())
     )
+    page.on(
+        "response",
+        lambda response: (
+            REPORTED.append(f"HTTP {response.status}: {response.url}")
+            if response.status >= 400
+            else None
+        ),
+    )
+
+
+def take_reported() -> list[str]:
+    """What the pages reported since the last call, and an empty record."""
+    taken = REPORTED[:]
+    REPORTED.clear()
+    return taken
 
 
 @contextlib.contextmanager
@@ -195,47 +216,32 @@ def open_tab(
     url: str,
     ready: str = '#tandv-numerics[data-state="ready"]',
     timeout_ms: int = TIMEOUT_MS,
-    failed: list[str] | None = None,
 ) -> Iterator[Tab]:
-    """A fresh browser context (no saved state) on TensorBoard's Numerics tab; fails if
-    the page logged an error, threw, or opened a dialog. ``failed`` collects the status
-    and address of every answer with an HTTP error (Chromium logs each as a console
-    error, so a test that expects some can check that they are those)."""
+    """A fresh browser context (no saved state) on TensorBoard's Numerics tab, watched
+    (``watch``)."""
     context = browser.new_context(viewport={"width": 1600, "height": 1200})
     context.set_default_timeout(timeout_ms)
     page = context.new_page()
-    problems: list[str] = []
-    watch(page, problems)
-    if failed is not None:
-        page.on(
-            "response",
-            lambda response: (
-                failed.append(f"{response.status} {response.url}")
-                if response.status >= 400
-                else None
-            ),
-        )
+    watch(page)
     try:
         page.goto(f"{url}/#tandv")
         frame = page.wait_for_selector("iframe", timeout=timeout_ms).content_frame()
         frame.wait_for_selector(ready, timeout=timeout_ms)
-        yield Tab(page, frame, problems)
+        yield Tab(page, frame)
     finally:
         context.close()
-    assert problems == [], f"the page reported problems: {problems}"
 
 
 def reopen(session: Tab) -> Tab:
     """The Numerics tab of ``session`` afresh: saved state cleared, the plugin's frame
     reloaded, the heatmap drawn."""
-    page, problems = session.page, session.problems
-    problems.clear()
+    page = session.page
     page.evaluate("document.body.classList.remove('dark-mode')")
     frame = page.wait_for_selector("iframe", timeout=TIMEOUT_MS).content_frame()
     frame.evaluate("localStorage.clear()")
     frame.goto(frame.url.split("#")[0])
     frame.wait_for_selector('#tandv-numerics[data-state="ready"]', timeout=TIMEOUT_MS)
-    opened = Tab(page, frame, problems)
+    opened = Tab(page, frame)
     opened.ready("heatmap")
     return opened
 
