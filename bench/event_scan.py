@@ -1,5 +1,5 @@
-"""Reading summary values out of an event file: protobuf vs ``tandv_tb.disk.event_scan`` (not a
-test).
+"""Reading summary values out of an event file: protobuf vs
+``tandv_tb.event_files.event_scan`` (not a test).
 
 Writes (once, reused) an event file of ``--tags`` tags x ``--steps`` steps with
 ``NumericsWriter`` (one event per step, as the trackers write; records as in
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from tensorboard.compat.proto import event_pb2
 
-from tandv_tb.disk.event_scan import intern_tags, scan_events
+from tandv_tb.event_files.event_scan import intern_tags, scan_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plugin_load import _record, _scales  # noqa: E402  (realistic records)

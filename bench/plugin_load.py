@@ -60,7 +60,7 @@ def _normal_bins(log2_sigma: float) -> tuple[int, np.ndarray]:
 
 
 def _record(log2_sigma: float, rng: np.random.Generator):
-    from tandv_tb.disk.record import NumericsRecord
+    from tandv_tb.event_files.record import NumericsRecord
 
     log2_sigma = round(log2_sigma * 16) / 16
     lo, counts = _normal_bins(log2_sigma)
@@ -168,7 +168,7 @@ def _write_histograms(
 
 def write_logdirs(workdir: Path, layers: int, steps: int) -> tuple[Path, Path]:
     numerics, histograms = workdir / "numerics", workdir / "histograms"
-    from tandv_tb.disk.metadata import PLUGIN_DATA_VERSION
+    from tandv_tb.event_files.metadata import PLUGIN_DATA_VERSION
 
     stamp = workdir / f"done_{layers}x{steps}_v{PLUGIN_DATA_VERSION}_event_per_step"
     if stamp.exists():

@@ -45,9 +45,9 @@ shutil.rmtree(cache)
 
 
 def baseline_module(rev: str):
-    """``tandv_tb.disk.record_columns`` as it was at git revision ``rev``."""
+    """``tandv_tb.event_files.record_columns`` as it was at git revision ``rev``."""
     source = subprocess.run(
-        ["git", "show", f"{rev}:tandv_tb/disk/record_columns.py"],
+        ["git", "show", f"{rev}:tandv_tb/event_files/record_columns.py"],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -63,9 +63,9 @@ def baseline_module(rev: str):
 
 def _chunks(run_dir: Path):
     """Every chunk of the run's event files and its rows' format counts."""
-    from tandv_tb.disk.event_reader import read_chunk
-    from tandv_tb.disk.tag_table import TagTable
-    from tandv_tb.storage.locations import LocalFolder
+    from tandv_tb.event_files.event_reader import read_chunk
+    from tandv_tb.event_files.tag_table import TagTable
+    from tandv_tb.filesystems.locations import LocalFolder
 
     table, chunks = TagTable(), []
     for name, size in LocalFolder(str(run_dir)).files(".").items():
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--baseline", default="HEAD~1")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from tandv_tb.disk import record_columns
+    from tandv_tb.event_files import record_columns
 
     variants = {"baseline": baseline_module(args.baseline).decode_rows}
     variants["this"] = record_columns.decode_rows

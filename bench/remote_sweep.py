@@ -72,8 +72,8 @@ def _values(tensors: int, seed: int) -> tuple[list[bytes], list[list[bytes]]]:
     """Per tensor: its first value (with metadata) and ``VARIANTS`` values without, each
     a serialized ``Summary.Value`` with its field key and length (a ``Summary``'s
     ``value`` entry)."""
-    from tandv_tb.disk.metadata import TagInfo
-    from tandv_tb.disk.summary import numerics_value
+    from tandv_tb.event_files.metadata import TagInfo
+    from tandv_tb.event_files.summary import numerics_value
 
     rng = np.random.default_rng(seed)
     firsts, rest = [], []
@@ -94,7 +94,7 @@ def _values(tensors: int, seed: int) -> tuple[list[bytes], list[list[bytes]]]:
 def _event(step: int, summary: bytes) -> bytes:
     from tensorboard.compat.proto import event_pb2
 
-    from tandv_tb.disk.framing import frame
+    from tandv_tb.event_files.framing import frame
 
     head = event_pb2.Event(wall_time=1.7e9 + step, step=step).SerializeToString()
     return frame(head + b"\x2a" + _varint(len(summary)) + summary)
@@ -103,8 +103,8 @@ def _event(step: int, summary: bytes) -> bytes:
 def write_run(run_dir: Path, tensors: int, steps: int, per_tensor: bool, seed: int) -> None:
     from tensorboard.compat.proto import event_pb2
 
-    from tandv_tb.disk.event_file import FILE_VERSION
-    from tandv_tb.disk.framing import frame
+    from tandv_tb.event_files.event_file import FILE_VERSION
+    from tandv_tb.event_files.framing import frame
 
     firsts, rest = _values(tensors, seed)
     run_dir.mkdir(parents=True, exist_ok=True)

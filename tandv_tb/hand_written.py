@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.event_files.record import NumericsRecord
 
 
 class RecordItem(NamedTuple):

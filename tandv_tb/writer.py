@@ -14,16 +14,16 @@ event, as a tracker's are, which readers decode much faster than one event per t
 Where the events go:
 
 - ``logdir`` a local folder (a path or a ``file://`` URL, ``storage.locations.is_local``):
-  one event file, appended with each event (``tandv_tb.disk.event_file``). Every event
+  one event file, appended with each event (``tandv_tb.event_files.event_file``). Every event
   reaches the operating system when it is written, so a killed process loses nothing
   written and leaves a valid event file, at worst ending in a half-written record that
   readers skip.
 - ``logdir`` any other fsspec URL (``s3://``, ``gs://``, ``abfs://``, ...): object stores
   cannot append, so each flush (``flush()``, ``close()``, interpreter exit, and every
   ``FLUSH_SECS`` seconds) writes the events since the last one as a new event file object
-  of the run, whose names sort in write order (``tandv_tb.disk.event_objects``). A killed
+  of the run, whose names sort in write order (``tandv_tb.event_files.event_objects``). A killed
   process loses what it recorded since the last flush: at most ``FLUSH_SECS`` seconds.
-- A user's writer (``tandv_tb.disk.user_writer``) queues the event in its own thread; it
+- A user's writer (``tandv_tb.event_files.user_writer``) queues the event in its own thread; it
   is flushed at every ``flush()``, at ``close()``, at interpreter exit and at least every
   ``FLUSH_SECS`` seconds.
 
@@ -51,16 +51,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.event_file import EventFile
-from tandv_tb.disk.event_objects import EventObjects
-from tandv_tb.disk.graph_record import ModelGraph, encode_graph
-from tandv_tb.disk.metadata import TagInfo, check_tensor_type
-from tandv_tb.disk.nonfinite_record import NonfiniteEntry, encode_nonfinite
-from tandv_tb.disk.record import NumericsRecord
-from tandv_tb.disk.summary import numerics_value
-from tandv_tb.disk.user_writer import UserWriter
+from tandv_tb.event_files.event_file import EventFile
+from tandv_tb.event_files.event_objects import EventObjects
+from tandv_tb.event_files.graph_record import ModelGraph, encode_graph
+from tandv_tb.event_files.metadata import TagInfo, check_tensor_type
+from tandv_tb.event_files.nonfinite_record import NonfiniteEntry, encode_nonfinite
+from tandv_tb.event_files.record import NumericsRecord
+from tandv_tb.event_files.summary import numerics_value
+from tandv_tb.event_files.user_writer import UserWriter
+from tandv_tb.filesystems.locations import is_local, location
 from tandv_tb.hand_written import HandWrittenStep, RecordItem
-from tandv_tb.storage.locations import is_local, location
 
 #: Longest time records wait before they are flushed: in a user's writer, in a step of
 #: hand-written records, or (object storage) in memory before the next object is written.
@@ -262,13 +262,13 @@ class NumericsWriter:
         self, step: int, entries: Iterable[NonfiniteEntry], stopped: bool = False
     ) -> None:
         """Record the tensors found holding NaN/Inf at ``step`` (in execution order; see
-        ``tandv_tb.disk.nonfinite_record``); nothing is written for none. ``stopped``:
+        ``tandv_tb.event_files.nonfinite_record``); nothing is written for none. ``stopped``:
         the tracker stopped training at this step."""
         self.add_records(step, [], nonfinite=entries, stopped=stopped)
 
     def add_graph(self, graph: ModelGraph | Mapping, step: int = 0) -> None:
         """Record the model's graph, shown by the tab's Graph view: a ``ModelGraph`` or its
-        JSON object (``tandv_tb.disk.graph_record``), checked first (``GraphError`` says
+        JSON object (``tandv_tb.event_files.graph_record``), checked first (``GraphError`` says
         what is wrong). The run's graph is the last one written; one equal to the last
         this writer wrote is not written again."""
         step = _check_step(step)

@@ -33,7 +33,7 @@ from tandv_tb.diagnosis.base import COLUMNS, GROUP_COLUMNS, SEVERITIES, Finding,
 __all__ = ["COLUMNS", "GROUP_COLUMNS", "SEVERITIES", "Finding", "Thresholds", "findings", "find"]
 
 if TYPE_CHECKING:
-    from tandv_tb.diagnosis.engine import Diagnosis
+    from tandv_tb.diagnosis.analysis import Diagnosis
 
 _DEFAULTS = Thresholds()
 
@@ -49,10 +49,10 @@ def find(
     """The ``engine.Diagnosis`` of the runs under ``logdir`` (a path or any fsspec URL; what
     ``findings`` and the command line build on): every run, or ``run``, or the two runs of
     ``compare`` compared whatever they share. ``FileNotFoundError`` for a missing logdir,
-    ``ValueError`` for an unknown run or a bad pair, ``tandv_tb.storage.locations.StorageError``
+    ``ValueError`` for an unknown run or a bad pair, ``tandv_tb.filesystems.locations.StorageError``
     for storage that cannot be read."""
-    from tandv_tb.diagnosis.engine import diagnose
-    from tandv_tb.storage.locations import public_url
+    from tandv_tb.diagnosis.analysis import diagnose
+    from tandv_tb.filesystems.locations import public_url
     from tandv_tb.store import NumericsStore
     from tandv_tb.store.logdir import Logdir
 

@@ -1,12 +1,12 @@
 """What every kind of finding shares: the ``Finding`` row and the thresholds (the
-execution order of tensors is ``tandv_tb.disk.metadata.execution_key``)."""
+execution order of tensors is ``tandv_tb.event_files.metadata.execution_key``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 
-from tandv_tb.disk.record import STATISTICS
+from tandv_tb.event_files.record import STATISTICS
 from tandv_tb.formats import Format
 
 #: The columns of a finding, in the order of ``tandv_tb.findings``' DataFrame.

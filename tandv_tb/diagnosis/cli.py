@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 from tandv_tb.diagnosis.base import SEVERITIES, severity_rank
 
 if TYPE_CHECKING:
-    from tandv_tb.diagnosis.engine import Diagnosis
+    from tandv_tb.diagnosis.analysis import Diagnosis
     from tandv_tb.diagnosis.folding import Fold
     from tandv_tb.diagnosis.grouping import Group
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage, file=sys.stderr)
         return 2
     from tandv_tb.diagnosis import find
-    from tandv_tb.storage.locations import StorageError
+    from tandv_tb.filesystems.locations import StorageError
 
     try:
         found = find(args.logdir, run=args.run, compare=args.compare)

@@ -6,7 +6,7 @@ import numpy as np
 
 from tandv_tb.diagnosis.base import Finding
 from tandv_tb.diagnosis.run_numerics import RunNumerics
-from tandv_tb.disk.nonfinite_record import NonfiniteStep
+from tandv_tb.event_files.nonfinite_record import NonfiniteStep
 
 
 def _counts(nan: int, posinf: int, neginf: int) -> str:

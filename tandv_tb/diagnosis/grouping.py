@@ -37,7 +37,7 @@ from tandv_tb.diagnosis.base import (
     sort_key,
 )
 from tandv_tb.diagnosis.run_numerics import RunNumerics
-from tandv_tb.disk.metadata import execution_key
+from tandv_tb.event_files.metadata import execution_key
 
 _SPIKES_LISTED = 5
 _MOST_AFFECTED = 3  # tensors named by an overflow group

@@ -21,10 +21,10 @@ import numpy as np
 from tandv_tb import formats as fmt
 from tandv_tb.diagnosis.base import Finding, Thresholds, percent
 from tandv_tb.diagnosis.run_numerics import RunNumerics, first_stretches
-from tandv_tb.disk import metadata
-from tandv_tb.disk.record_columns import DecodedRows, decode_rows
+from tandv_tb.event_files import metadata
+from tandv_tb.event_files.record_columns import DecodedRows, decode_rows
+from tandv_tb.filesystems.ranges import ragged_index
 from tandv_tb.formats.estimate import bin_weights
-from tandv_tb.storage.ranges import ragged_index
 from tandv_tb.store import NumericsStore
 
 

@@ -8,8 +8,8 @@ import functools
 
 import numpy as np
 
-from tandv_tb.disk.metadata import TagInfo, execution_key
-from tandv_tb.disk.record import COUNTS
+from tandv_tb.event_files.metadata import TagInfo, execution_key
+from tandv_tb.event_files.record import COUNTS
 from tandv_tb.store import NumericsStore
 from tandv_tb.store.rows import TagSteps
 

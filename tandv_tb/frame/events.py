@@ -1,7 +1,7 @@
 """Numerics records from event files, every readable one, whatever the damage.
 
-The files are read by ``tandv_tb.disk.event_reader`` (which says what damage is skipped, and
-how) and decoded by ``tandv_tb.disk.record_columns``. Every skip is reported with
+The files are read by ``tandv_tb.event_files.event_reader`` (which says what damage is skipped, and
+how) and decoded by ``tandv_tb.event_files.record_columns``. Every skip is reported with
 ``warnings.warn(message, DataWarning)`` (filter it, or make it an error with
 ``warnings.simplefilter("error", DataWarning)``): the message names the file, the reason
 and, where the damage lets it be known, the tag and step.
@@ -15,13 +15,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tandv_tb.disk.chunk_values import Chunk
-from tandv_tb.disk.event_reader import DataWarning, read_file, select_runs
-from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.record import NumericsRecord
-from tandv_tb.disk.record_columns import decode_rows, to_record
-from tandv_tb.disk.tag_table import TagTable
-from tandv_tb.storage.ranges import ByteSource
+from tandv_tb.event_files.chunk_values import Chunk
+from tandv_tb.event_files.event_reader import DataWarning, read_file, select_runs
+from tandv_tb.event_files.metadata import TagInfo
+from tandv_tb.event_files.record import NumericsRecord
+from tandv_tb.event_files.record_columns import decode_rows, to_record
+from tandv_tb.event_files.tag_table import TagTable
+from tandv_tb.filesystems.ranges import ByteSource
 
 
 def _warn(message: str) -> None:
@@ -62,7 +62,7 @@ def read_records(
     logdir: str | os.PathLike, run: str | None = None
 ) -> Iterator[tuple[str, TagInfo, int, NumericsRecord]]:
     """``(run, tag_info, step, record)`` for every readable numerics record under
-    ``logdir`` (a path or a URL, ``tandv_tb.storage``); what cannot be read is
+    ``logdir`` (a path or a URL, ``tandv_tb.filesystems``); what cannot be read is
     skipped with a ``DataWarning`` (see the module doc)."""
     runs = select_runs(logdir, run)
     for name, files in runs.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.event_files.record import NumericsRecord
 from tandv_tb.formats.estimate import bin_weights
 
 

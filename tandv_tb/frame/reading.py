@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.event_files.metadata import TagInfo
+from tandv_tb.event_files.record import COUNTS, STATISTICS, NumericsRecord
 from tandv_tb.frame.events import read_records
 from tandv_tb.frame.format_view import BlockFormatNotRecorded, block_split, format_split
 from tandv_tb.frame.schema import EXP, META, METADATA_COLUMNS, NEG_INF, POS_INF, SCALAR, STR_COLUMNS

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.metadata import is_tensor_type
-from tandv_tb.disk.record import COUNTS
+from tandv_tb.event_files.metadata import is_tensor_type
+from tandv_tb.event_files.record import COUNTS
 
 META, SCALAR, EXP = "metadata", "scalar_stats", "exponent_counts"
 NEG_INF, POS_INF = float("-inf"), float("inf")

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.metadata import is_tensor_type
-from tandv_tb.disk.record import STATISTICS, NumericsRecord
+from tandv_tb.event_files.metadata import is_tensor_type
+from tandv_tb.event_files.record import STATISTICS, NumericsRecord
 from tandv_tb.frame.schema import (
     EXP,
     META,

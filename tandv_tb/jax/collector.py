@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import get_opaque_trace_state
 
-from tandv_tb.jax import kernels
+from tandv_tb.jax import array_stats
 from tandv_tb.jax.probe import probe
 from tandv_tb.jax.skips import Verdict, untrackable
 from tandv_tb.stats.engine import Pending
 from tandv_tb.tracking.leaf_names import map_leaves
-from tandv_tb.tracking.skips import SkipLog
+from tandv_tb.tracking.skip_log import SkipLog
 
 OUTPUT_TYPES = ("Activation", "Gradient")
 
@@ -194,9 +194,9 @@ class Collector:
         if known is not None and known[0] is x:
             return known[1]
         if isinstance(x, jax.core.Tracer):
-            pending = kernels.in_program(x, self.config.formats)
+            pending = array_stats.in_program(x, self.config.formats)
         else:
-            pending = kernels.start([x], self.config.formats)[0]
+            pending = array_stats.start([x], self.config.formats)[0]
         self._computed[id(x)] = (x, pending)
         return pending
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import jax
 import numpy as np
 
-from tandv_tb.disk.graph_record import ModelGraph, TensorSpec
+from tandv_tb.event_files.graph_record import ModelGraph, TensorSpec
 from tandv_tb.jax import nnx_modules
 from tandv_tb.tracking.graph_builder import CallGraph, warn_capture
 

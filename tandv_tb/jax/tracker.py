@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 
 import jax
 
-from tandv_tb.disk.nonfinite_record import entries_from_stats
-from tandv_tb.jax import kernels, nnx_modules, trees
+from tandv_tb.event_files.nonfinite_record import entries_from_stats
+from tandv_tb.jax import array_stats, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
 from tandv_tb.jax.graph_capture import FunctionGraph
@@ -21,7 +21,7 @@ from tandv_tb.tracking.nonfinite_policy import NonfinitePolicy, StepReport
 from tandv_tb.tracking.options import TrackOptions
 from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
-from tandv_tb.tracking.skips import SkipLog
+from tandv_tb.tracking.skip_log import SkipLog
 from tandv_tb.tracking.tracker_base import TrackerBase
 from tandv_tb.writer import RecordItem
 
@@ -234,7 +234,7 @@ class Tracker(TrackerBase):
 
     def _record_trees(self, model_state: object, optimizer_state: object, grads: object) -> None:
         chosen = self._chosen(model_state, optimizer_state, grads)
-        started = kernels.start([leaf.value for leaf in chosen], self._config.formats)
+        started = array_stats.start([leaf.value for leaf in chosen], self._config.formats)
         for leaf, pending in zip(chosen, started):
             module_type = self._module_types.get(leaf.name.rpartition(".")[0], "")
             self._results.add(Item(leaf.name, leaf.tensor_type, module_type, pending))

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from tandv_tb.disk.nonfinite_record import NonfiniteEntry, merge
+from tandv_tb.event_files.nonfinite_record import NonfiniteEntry, merge
 from tandv_tb.jax.collector import Collector, Slot
 from tandv_tb.jax.compiled import Packed
 

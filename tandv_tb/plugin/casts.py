@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk import metadata
+from tandv_tb.event_files import metadata
 from tandv_tb.formats.estimate import bin_weights
 from tandv_tb.store.series import LayerSeries, StepColumns
 

@@ -23,7 +23,7 @@ from typing import Protocol
 from tensorboard.data import provider as tb_provider
 from tensorboard.errors import NotFoundError
 
-from tandv_tb.disk import metadata
+from tandv_tb.event_files import metadata
 from tandv_tb.store import NumericsStore
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tensorboard.plugins import base_plugin
 
-from tandv_tb.disk import metadata
+from tandv_tb.event_files import metadata
 
 #: Steps of each numerics tag that TensorBoard keeps unless the user says otherwise: the
 #: plugin reads every step, runs and tags from its own store (``tandv_tb.store``);

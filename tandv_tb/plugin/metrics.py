@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 from tensorboard.errors import InvalidArgumentError
 
-from tandv_tb.disk.record import COUNTS, STATISTICS, snr_db
+from tandv_tb.event_files.record import COUNTS, STATISTICS, snr_db
 from tandv_tb.formats import Format
 from tandv_tb.formats.blocks import NAMES_TEXT
 from tandv_tb.plugin.casts import cast_counts

@@ -28,8 +28,9 @@ from tensorboard.backend.event_processing.data_provider import MultiplexerDataPr
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from tandv_tb.disk import metadata
-from tandv_tb.plugin import block_views, csv_views, findings_route, graph_route, views
+from tandv_tb.event_files import metadata
+from tandv_tb.filesystems.locations import StorageError
+from tandv_tb.plugin import block_routes, csv_routes, findings_routes, graph_routes, numerics_routes
 from tandv_tb.plugin.listing import Listing, provider_tags, store_tags
 from tandv_tb.plugin.params import Params
 from tandv_tb.plugin.response_cache import ResponseCache
@@ -44,7 +45,6 @@ from tandv_tb.plugin.responses import (
 from tandv_tb.plugin.scalars import Scalars
 from tandv_tb.plugin.static_files import static_file
 from tandv_tb.plugin.worker import ResponseWorker
-from tandv_tb.storage.locations import StorageError
 from tandv_tb.store import NumericsStore
 from tandv_tb.store.logdir import Logdir
 
@@ -52,28 +52,28 @@ logger = logging.getLogger(__name__)
 
 #: Routes that read one run's numerics: name -> payload builder.
 RUN_ROUTES = {
-    "layers": views.layers,
-    "steps": views.steps,
-    "histogram": views.histogram,
-    "heatmap": views.heatmap,
-    "series": views.series,
-    "blocks": block_views.blocks,
-    "graph": graph_route.graph,
+    "layers": numerics_routes.layers,
+    "steps": numerics_routes.steps,
+    "histogram": numerics_routes.histogram,
+    "heatmap": numerics_routes.heatmap,
+    "series": numerics_routes.series,
+    "blocks": block_routes.blocks,
+    "graph": graph_routes.graph,
 }
 #: Routes without a run (or, for scalars, not bound to the numerics of a run).
 PLAIN_ROUTES = {
-    "runs": views.runs,
-    "formats": views.formats_listing,
-    "metrics": views.metrics_listing,
-    "scalars": views.scalars,
+    "runs": numerics_routes.runs,
+    "formats": numerics_routes.formats_listing,
+    "metrics": numerics_routes.metrics_listing,
+    "scalars": numerics_routes.scalars,
 }
 CSV_ROUTES = {
-    "layers.csv": ("layers", csv_views.layers_csv),
-    "histogram.csv": ("histogram", csv_views.histogram_csv),
-    "heatmap.csv": ("heatmap", csv_views.heatmap_csv),
-    "series.csv": ("series", csv_views.series_csv),
-    "blocks.csv": ("blocks", csv_views.blocks_csv),
-    "scalars.csv": ("scalars", csv_views.scalars_csv),
+    "layers.csv": ("layers", csv_routes.layers_csv),
+    "histogram.csv": ("histogram", csv_routes.histogram_csv),
+    "heatmap.csv": ("heatmap", csv_routes.heatmap_csv),
+    "series.csv": ("series", csv_routes.series_csv),
+    "blocks.csv": ("blocks", csv_routes.blocks_csv),
+    "scalars.csv": ("scalars", csv_routes.scalars_csv),
 }
 #: The route over several runs (cached while none of them changes).
 FINDINGS_ROUTE = "findings"
@@ -176,7 +176,7 @@ class NumericsPlugin(base_plugin.TBPlugin):
             raise self._unavailable  # every other route reads the logdir
         json_route, to_csv = CSV_ROUTES.get(route, (route, None))
         params = Params(request.args)
-        query = views.Query(
+        query = numerics_routes.Query(
             self._listing,
             self._store,
             self._scalars,
@@ -206,7 +206,7 @@ class NumericsPlugin(base_plugin.TBPlugin):
         """The runs a request reads, as named (a name that is no run reads nothing): what
         is new in their files is read once per request."""
         if json_route == FINDINGS_ROUTE:
-            return findings_route.runs_of(params)
+            return findings_routes.runs_of(params)
         if json_route in RUN_ROUTES:
             other = params.text("minus_run", required=False)
             return [params.text("run"), *([] if other is None else [other])]
@@ -217,19 +217,19 @@ class NumericsPlugin(base_plugin.TBPlugin):
             return [run for run in self._store.runs() if run in read]
         return []
 
-    def _findings(self, query: views.Query, runs: list[str]) -> str:
+    def _findings(self, query: numerics_routes.Query, runs: list[str]) -> str:
         """The findings of ``runs``, kept while none of them changes."""
-        findings_route.check_runs(query, runs)
+        findings_routes.check_runs(query, runs)
         store = query.numerics()
         fingerprint = tuple(store.version(run) for run in runs)
         key = (query.experiment_id, FINDINGS_ROUTE, tuple(runs))
         return self._responses.get(
-            key, fingerprint, lambda: dumps(findings_route.findings(query, runs))
+            key, fingerprint, lambda: dumps(findings_routes.findings(query, runs))
         )
 
     def _run_route(
         self,
-        query: views.Query,
+        query: numerics_routes.Query,
         json_route: str,
         to_csv: Callable[[dict], str] | None,
         runs: list[str],

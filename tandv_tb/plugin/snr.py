@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tandv_tb.disk.record import snr_db
+from tandv_tb.event_files.record import snr_db
 from tandv_tb.formats import BlockFormat
 from tandv_tb.plugin.downsample import Columns, reduce_rows, window
 from tandv_tb.store.series import StepColumns

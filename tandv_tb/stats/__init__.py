@@ -1,9 +1,10 @@
 """The statistics engine: exponent histograms, scalar statistics and cast counts.
 
-It turns tensors into ``TensorStats`` and those into the disk format's ``NumericsRecord``
-(``tandv_tb.disk.record``); the disk format never imports the engine. Which kernel reads a
-torch tensor, for its statistics and for the non-finite watch, is the ``TANDV_TB_KERNEL``
-switch's (``_kernel_choice``: ``kernel_setting``, ``torch_kernel``, ``watch_kernel``).
+It turns tensors into ``TensorStats`` and those into the event-file format's
+``NumericsRecord`` (``tandv_tb.event_files.record``); that format never imports the engine.
+Which kernel reads a torch tensor, for its statistics and for the non-finite watch, is the
+``TANDV_TB_KERNEL`` switch's (``_kernel_choice``: ``kernel_setting``, ``torch_kernel``,
+``watch_kernel``).
 """
 
 from tandv_tb.stats._kernel_choice import failed as kernel_failed

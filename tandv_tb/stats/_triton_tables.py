@@ -25,7 +25,7 @@ import ml_dtypes
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import COUNTS
+from tandv_tb.event_files.record import COUNTS
 from tandv_tb.formats import blocks as block_formats
 from tandv_tb.formats.kernel_tables import block_table, threshold_bits
 from tandv_tb.stats.tensor_stats import BLOCK_COUNTS, BLOCK_MOMENTS, MOMENTS, engine_layout

@@ -23,7 +23,13 @@ import math
 import numpy as np
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import COUNTS, STATISTICS, BlockCounts, NumericsRecord, TensorCounts
+from tandv_tb.event_files.record import (
+    COUNTS,
+    STATISTICS,
+    BlockCounts,
+    NumericsRecord,
+    TensorCounts,
+)
 
 #: The layout of the engine's float vector: the finite values x are scaled by ``scale``
 #: (their max |x|, or 1 when that is 0) so no power overflows; s = x / scale.

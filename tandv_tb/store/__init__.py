@@ -5,7 +5,7 @@ up (each imports only modules listed before it):
 - ``schema``: the tables, written once; ``database``: where a logdir's database lives and
   opening it whatever state it was left in; ``run_ids``: a run's name to its id;
 - ``logdir``: the runs under a logdir (a local folder, an fsspec URL, a ``--logdir_spec``)
-  and their event files (listing, reading bytes; ``tandv_tb.storage.locations``);
+  and their event files (listing, reading bytes; ``tandv_tb.filesystems.locations``);
 - ``block_rows``: the block-scaled formats' rows of a chunk of records; ``ingest``: a run
   brought up to date with its files (its pieces read and decoded in the calling thread, or
   in ``reader_process``, a process of its own, where TensorBoard's Python loader holds the

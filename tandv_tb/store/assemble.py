@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.record_columns import decode_rows
+from tandv_tb.event_files.metadata import TagInfo
+from tandv_tb.event_files.record_columns import decode_rows
 from tandv_tb.formats import Format
 from tandv_tb.store.layout import HeldLayout
 from tandv_tb.store.rows import Rows

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tandv_tb.disk.block_columns import BlockEntries
-from tandv_tb.disk.summary import BLOCK_HEAD
-from tandv_tb.storage.ranges import ragged_index
+from tandv_tb.event_files.block_columns import BlockEntries
+from tandv_tb.event_files.summary import BLOCK_HEAD
+from tandv_tb.filesystems.ranges import ragged_index
 
 #: Rows to append: column name -> numpy array, in the table's column order.
 Columns = dict[str, np.ndarray]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import duckdb
 
-from tandv_tb.storage.locations import StorageError
+from tandv_tb.filesystems.locations import StorageError
 from tandv_tb.store.schema import SCHEMA_VERSION, create_tables
 
 logger = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
-from tandv_tb.disk.chunk_values import Chunk
-from tandv_tb.disk.record import COUNTS, STATISTICS
-from tandv_tb.disk.record_columns import DecodedRows, decode_rows
-from tandv_tb.disk.tag_table import TagTable
-from tandv_tb.storage.ranges import ragged_index
+from tandv_tb.event_files.chunk_values import Chunk
+from tandv_tb.event_files.record import COUNTS, STATISTICS
+from tandv_tb.event_files.record_columns import DecodedRows, decode_rows
+from tandv_tb.event_files.tag_table import TagTable
+from tandv_tb.filesystems.ranges import ragged_index
 from tandv_tb.store.block_rows import block_rows
 from tandv_tb.store.logdir import RunFiles
 from tandv_tb.store.schema import FILE_ROWS

@@ -4,7 +4,7 @@ offset, byte ranges of stored vectors). The event files are never copied into th
 a record's vector is read back from where it lies.
 
 A logdir is what TensorBoard was given: one ``--logdir`` (a local folder, a ``file://``
-URL, or any fsspec URL: ``s3://``, ``gs://``, ...; ``tandv_tb.storage.locations``), or a
+URL, or any fsspec URL: ``s3://``, ``gs://``, ...; ``tandv_tb.filesystems.locations``), or a
 ``--logdir_spec`` of several, each perhaps with a group name. Runs are named as
 TensorBoard names them: the folder's path relative to its logdir ("." for the logdir
 itself), behind ``<group>/`` where the logdir has a group name (``os.path.join``'s rule, so
@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tandv_tb.disk.chunk_values import Chunk
-from tandv_tb.disk.event_reader import CHUNK_BYTES, read_chunk
-from tandv_tb.disk.tag_table import TagTable
-from tandv_tb.storage.locations import Files, Location, StorageError, location
+from tandv_tb.event_files.chunk_values import Chunk
+from tandv_tb.event_files.event_reader import CHUNK_BYTES, read_chunk
+from tandv_tb.event_files.tag_table import TagTable
+from tandv_tb.filesystems.locations import Files, Location, StorageError, location
 
 #: Bytes of a run's first event file read to list its tags before the store reads it (a
 #: tracker's first step of 1,000 tensors, each tag with its metadata, is about 250 KB).

@@ -14,9 +14,9 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.nonfinite_record import NonfiniteEntry, NonfiniteStep
-from tandv_tb.disk.tag_table import TagTable
+from tandv_tb.event_files.metadata import TagInfo
+from tandv_tb.event_files.nonfinite_record import NonfiniteEntry, NonfiniteStep
+from tandv_tb.event_files.tag_table import TagTable
 from tandv_tb.store.database import Database
 from tandv_tb.store.layout import HeldLayout
 from tandv_tb.store.logdir import Logdir

@@ -35,8 +35,8 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from tandv_tb.disk.tag_table import TagTable
-from tandv_tb.storage.locations import Location, location
+from tandv_tb.event_files.tag_table import TagTable
+from tandv_tb.filesystems.locations import Location, location
 from tandv_tb.store import logdir
 from tandv_tb.store.ingest import READ_HERE, Columns, Decoded, Piece, read_piece
 from tandv_tb.store.logdir import RunFiles, first_tags_of
@@ -216,7 +216,7 @@ _FOLDER = ""  # where this reader process writes its files of columns (``_serve`
 
 
 def _warm_up() -> None:
-    from tandv_tb.disk import fast_events  # noqa: F401 (numba's kernels loaded)
+    from tandv_tb.event_files import fast_events  # noqa: F401 (numba's kernels loaded)
 
 
 def _read(

@@ -7,7 +7,7 @@
   its records could not be read.
 - ``records``: one row per numerics record, its counts and statistics as columns (what
   heatmaps and lines read, a column at a time), and where its stored vector (varint
-  bytes, ``tandv_tb.disk.summary``) lies in its event file (``vector_offset``; -1: kept
+  bytes, ``tandv_tb.event_files.summary``) lies in its event file (``vector_offset``; -1: kept
   inline in ``vector``, for a vector re-encoded from an old version).
 - ``casts``: the exact under/overflow of each recorded format, one row per record and
   format (``format_index``: its place in the tag's ``formats``); ``blocks``: what each
@@ -17,13 +17,13 @@
   scale exponent, a row per non-empty exponent; ``nonfinite``: the watch's entries
   (``stopped``: the tracker stopped training at that step);
   ``scalars``: TensorBoard's scalars (the loss); ``graphs``: the model's graph records
-  (``tandv_tb.disk.graph_record``), each its graph as JSON or why it could not be read,
+  (``tandv_tb.event_files.graph_record``), each its graph as JSON or why it could not be read,
   placed in its file by the end of the piece read (``piece_end``) and its place in it.
 """
 
 from __future__ import annotations
 
-from tandv_tb.disk.record import COUNTS, STATISTICS
+from tandv_tb.event_files.record import COUNTS, STATISTICS
 from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat
 
 #: Bump when the tables or their stored order change: a store of another version is

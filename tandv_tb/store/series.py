@@ -14,8 +14,8 @@ import dataclasses
 
 import numpy as np
 
-from tandv_tb.disk import metadata
-from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.event_files import metadata
+from tandv_tb.event_files.record import COUNTS, STATISTICS, NumericsRecord
 from tandv_tb.formats import Format, as_format
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tandv_tb.disk.nonfinite_record import NonfiniteStep
-from tandv_tb.disk.record import NumericsRecord
-from tandv_tb.disk.record_columns import decode_tensor
+from tandv_tb.event_files.nonfinite_record import NonfiniteStep
+from tandv_tb.event_files.record import NumericsRecord
+from tandv_tb.event_files.record_columns import decode_tensor
+from tandv_tb.filesystems.locations import StorageError
 from tandv_tb.formats import BLOCKS, CASTS, BlockFormat, ElementFormat, Format
-from tandv_tb.storage.locations import StorageError
 from tandv_tb.store import assemble
 from tandv_tb.store.database import Database
 from tandv_tb.store.held import HeldColumns

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import duckdb
 
-from tandv_tb.disk.tag_table import TagTable
-from tandv_tb.storage.locations import StorageError
+from tandv_tb.event_files.tag_table import TagTable
+from tandv_tb.filesystems.locations import StorageError
 from tandv_tb.store.database import Database
 from tandv_tb.store.ingest import Reading, stored_tags, update_run
 from tandv_tb.store.logdir import Logdir

@@ -18,7 +18,7 @@ from torch import nn
 
 from tandv_tb.torch import compiled, naming
 from tandv_tb.torch.skips import untrackable_reason
-from tandv_tb.tracking.skips import SkipLog
+from tandv_tb.tracking.skip_log import SkipLog
 
 #: The trackers whose tracked step is running now (read by ``attach`` before anything else).
 _sinks: list[Attachments] = []

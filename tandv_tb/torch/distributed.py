@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import COUNTS
+from tandv_tb.event_files.record import COUNTS
 from tandv_tb.stats import TensorStats
 from tandv_tb.stats.tensor_stats import MOMENTS
 from tandv_tb.torch.parallel_layout import Spread

@@ -35,13 +35,14 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from tandv_tb.disk.graph_record import ModelGraph
+from tandv_tb.event_files.graph_record import ModelGraph
 from tandv_tb.torch import naming
-from tandv_tb.torch.compiled import is_compiled, recomputing
+from tandv_tb.torch.compiled import is_compiled
 from tandv_tb.torch.distributed import is_distributed
 from tandv_tb.torch.graph_recording import Recording
 from tandv_tb.torch.graph_replay import replay, replay_into
 from tandv_tb.torch.pipeline_stage import WHOLE_MODEL, Stage
+from tandv_tb.torch.step_tensors import recomputing
 from tandv_tb.tracking.graph_builder import warn_capture
 from tandv_tb.tracking.step_buffer import Entry
 

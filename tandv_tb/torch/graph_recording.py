@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from tandv_tb.disk.graph_record import ModelGraph, TensorSpec
+from tandv_tb.event_files.graph_record import ModelGraph, TensorSpec
 from tandv_tb.torch import naming
 from tandv_tb.tracking.graph_builder import CallGraph
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 import torch
 from torch import nn
 
-from tandv_tb.disk.graph_record import ModelGraph
+from tandv_tb.event_files.graph_record import ModelGraph
 from tandv_tb.torch import attaching
 from tandv_tb.torch.graph_recording import Recording, tensors_in
 

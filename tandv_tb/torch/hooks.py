@@ -5,7 +5,7 @@ hook. Unlike module backward hooks this leaves the output tensors untouched, so 
 operations on them later (``ReLU(inplace=True)``, ``out += identity``) work; such a hook
 receives the gradient w.r.t. the value the module returned.
 
-Eagerly the hooks hand each tensor to ``compiled.StepTensors`` as they fire: its
+Eagerly the hooks hand each tensor to ``step_tensors.StepTensors`` as they fire: its
 statistics are computed (tracked steps) or it is checked for NaN/Inf (untracked steps,
 with a ``Watch``). Under ``torch.compile`` dynamo traces them: they hand each tensor to the
 graph's ``tandv_tb::observe`` operator (``compiled``), which gives it to the tracker at run
@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from tandv_tb.torch import compiled, naming
-from tandv_tb.torch.compiled import StepTensors
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parallel_layout import Spread
 from tandv_tb.torch.pipeline_stage import WHOLE_MODEL, Stage
+from tandv_tb.torch.step_tensors import StepTensors
 from tandv_tb.tracking.orders import Orders
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from tandv_tb.disk.nonfinite_record import NonfiniteEntry
+from tandv_tb.event_files.nonfinite_record import NonfiniteEntry
 from tandv_tb.stats import TensorStats
 from tandv_tb.torch.distributed import Combined, RankCombiner, is_distributed
 from tandv_tb.torch.options import TorchOptions

@@ -11,7 +11,7 @@ from tandv_tb.stats import Pending
 from tandv_tb.torch.memo import TensorMemo
 from tandv_tb.torch.parallel_layout import ParallelLayout, Spread, local
 from tandv_tb.torch.skips import untrackable_reason
-from tandv_tb.tracking.skips import SkipLog
+from tandv_tb.tracking.skip_log import SkipLog
 from tandv_tb.tracking.step_buffer import Entry, StepBuffer
 
 #: What ``Recorder.record_many`` takes per tensor: ``record``'s arguments, ``spread`` told.

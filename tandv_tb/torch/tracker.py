@@ -11,25 +11,26 @@ import torch
 from torch import nn
 
 from tandv_tb import stats
-from tandv_tb.disk.nonfinite_record import entries_from_stats
+from tandv_tb.event_files.nonfinite_record import entries_from_stats
 from tandv_tb.torch import compiled
 from tandv_tb.torch.attaching import Attachments
-from tandv_tb.torch.compiled import CompiledTracking, StepTensors
+from tandv_tb.torch.compiled import CompiledTracking
 from tandv_tb.torch.distributed import RanksLost
 from tandv_tb.torch.graph_capture import GraphCapture
 from tandv_tb.torch.hooks import ModuleHooks
-from tandv_tb.torch.inputs import InputHooks
+from tandv_tb.torch.input_hooks import InputHooks
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.pipeline_stage import WHOLE_MODEL, Stage, stage_of
 from tandv_tb.torch.ranks import Ranks
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.skips import UntrackableTensorWarning
+from tandv_tb.torch.step_tensors import StepTensors
 from tandv_tb.torch.watch import Watch
 from tandv_tb.tracking.nonfinite_policy import NonfinitePolicy, StepReport
 from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
-from tandv_tb.tracking.skips import SkipLog
+from tandv_tb.tracking.skip_log import SkipLog
 from tandv_tb.tracking.step_buffer import merged
 from tandv_tb.tracking.tracker_base import TrackerBase
 from tandv_tb.writer import RecordItem

@@ -32,9 +32,9 @@ lies, without a host sync per tensor:
     their arithmetic) and counted only where the sum is not finite.
 
 On a tracked step the counts come from the step's statistics, at no extra cost
-(``tandv_tb.disk.nonfinite_record.entries_from_stats``). In a combined distributed run the ranks
-agree on every step (one one-value ``all_reduce``); only at a step where some rank found
-NaN/Inf are the entries exchanged.
+(``tandv_tb.event_files.nonfinite_record.entries_from_stats``). In a combined distributed
+run the ranks agree on every step (one one-value ``all_reduce``); only at a step where some
+rank found NaN/Inf are the entries exchanged.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tandv_tb.disk.nonfinite_record import NonfiniteEntry, merge
+from tandv_tb.event_files.nonfinite_record import NonfiniteEntry, merge
 from tandv_tb.stats import kernel_failed, kernel_setting, watch_kernel
 from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
 from tandv_tb.torch.device_watch import SLOT_WIDTH, Counters, Slot

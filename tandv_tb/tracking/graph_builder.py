@@ -2,7 +2,7 @@
 
 A capture tells ``CallGraph`` when each call begins (with the shapes it was given) and ends
 (with the shapes it returned), and which calls feed which; ``graph()`` gives the
-``ModelGraph`` the writer records (``tandv_tb.disk.graph_record``): one node per call, with
+``ModelGraph`` the writer records (``tandv_tb.event_files.graph_record``): one node per call, with
 its id (``<layer>#<k>`` for the module's k-th call), its parent (the call it ran in) and its
 order (where it began), and each edge once.
 """
@@ -13,7 +13,7 @@ import dataclasses
 import warnings
 from collections.abc import Iterable, Mapping
 
-from tandv_tb.disk.graph_record import ModelGraph, TensorSpec, invocation_id
+from tandv_tb.event_files.graph_record import ModelGraph, TensorSpec, invocation_id
 
 
 class GraphCaptureWarning(RuntimeWarning):

@@ -15,8 +15,8 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 
-from tandv_tb.disk.metadata import execution_phase
-from tandv_tb.disk.nonfinite_record import NonfiniteEntry
+from tandv_tb.event_files.metadata import execution_phase
+from tandv_tb.event_files.nonfinite_record import NonfiniteEntry
 
 #: The named policies; a callable taking a ``StepReport`` is the fourth kind.
 POLICIES = ("record", "warn", "raise")

@@ -46,7 +46,7 @@ def test_a_full_cache_folder_gives_the_same_findings(tmp_path):
 def test_each_extra_named_installs_its_protocols_package():
     from fsspec.registry import known_implementations
 
-    from tandv_tb.storage.fsspec_packages import EXTRAS
+    from tandv_tb.filesystems.fsspec_packages import EXTRAS
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]

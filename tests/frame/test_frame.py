@@ -14,9 +14,9 @@ from tensorboard.compat.proto import summary_pb2
 from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.metadata import PLAIN_VERSION, TagInfo, create_summary_metadata
-from tandv_tb.disk.record import COUNTS, STATISTICS, NumericsRecord
-from tandv_tb.disk.summary import encode_record
+from tandv_tb.event_files.metadata import PLAIN_VERSION, TagInfo, create_summary_metadata
+from tandv_tb.event_files.record import COUNTS, STATISTICS, NumericsRecord
+from tandv_tb.event_files.summary import encode_record
 from tandv_tb.frame import (
     DataWarning,
     EstimateWarning,

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-from tandv_tb.disk.metadata import TagInfo
-from tandv_tb.disk.summary import encode_record
+from tandv_tb.event_files.metadata import TagInfo
+from tandv_tb.event_files.summary import encode_record
 from tandv_tb.frame import DataWarning, read_frame
 from tandv_tb.writer import NumericsWriter
 from tests.helpers.event_io import event_files, record_of, tensor_proto, write_raw_events

@@ -1,4 +1,4 @@
-"""Helpers for the on-disk format tests: records, event files and tandv-style frames."""
+"""Helpers for the event-file format tests: records, event files and tandv-style frames."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pandas as pd
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from tandv_tb.disk.record import STATISTICS, NumericsRecord
-from tandv_tb.disk.summary import encode_varints
+from tandv_tb.event_files.record import STATISTICS, NumericsRecord
+from tandv_tb.event_files.summary import encode_varints
 from tandv_tb.formats import canonical_name
 from tests.helpers.reference import reference
 

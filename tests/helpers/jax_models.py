@@ -11,7 +11,7 @@ import optax
 from flax import linen as nn
 from flax import nnx
 
-from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.event_files.record import NumericsRecord
 from tandv_tb.stats import tensor_stats
 from tests.helpers.tracker_records import Stored, read_records  # noqa: F401  (re-exported)
 

@@ -1,10 +1,10 @@
-"""Model graphs (``tandv_tb.disk.graph_record``) for the tests and benchmarks: hand-made
+"""Model graphs (``tandv_tb.event_files.graph_record``) for the tests and benchmarks: hand-made
 ones whose shape is known (large or hostile ones for the route and the view), the graph
 the PyTorch tracker records of a Hugging Face Llama, and readers of the recorded graphs."""
 
 from __future__ import annotations
 
-from tandv_tb.disk.graph_record import ModelGraph, invocation_id
+from tandv_tb.event_files.graph_record import ModelGraph, invocation_id
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 
@@ -96,8 +96,8 @@ def gpt_layers(blocks: int = 2, root: str = "GPT") -> list[str]:
 
 def graph_steps(logdir) -> dict[str, list[int]]:
     """The steps of every graph record under ``logdir``, by run (in the order written)."""
-    from tandv_tb.disk.event_reader import read_file, select_runs
-    from tandv_tb.disk.tag_table import TagTable
+    from tandv_tb.event_files.event_reader import read_file, select_runs
+    from tandv_tb.event_files.tag_table import TagTable
 
     found: dict[str, list[int]] = {}
     for run, sources in select_runs(str(logdir)).items():
@@ -110,7 +110,7 @@ def graph_steps(logdir) -> dict[str, list[int]]:
 
 def recorded_graph(logdir) -> ModelGraph:
     """The graph of the one run under ``logdir`` that recorded one."""
-    from tandv_tb.disk.graphs import read_graph
+    from tandv_tb.event_files.graphs import read_graph
 
     (graph,) = read_graph(str(logdir)).values()
     return graph

@@ -36,8 +36,8 @@ from werkzeug.datastructures import MultiDict
 from werkzeug.test import Client
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import STATISTICS, NumericsRecord
-from tandv_tb.plugin import NumericsLoader, views
+from tandv_tb.event_files.record import STATISTICS, NumericsRecord
+from tandv_tb.plugin import NumericsLoader, numerics_routes
 from tandv_tb.plugin.listing import Listing, store_tags
 from tandv_tb.plugin.params import Params
 from tandv_tb.plugin.plugin import NumericsPlugin
@@ -274,11 +274,11 @@ def unread_provider(folder: Path) -> data_provider.MultiplexerDataProvider:
     return data_provider.MultiplexerDataProvider(multiplexer, str(folder / "unread"))
 
 
-def store_query(store: NumericsStore, provider, **params) -> views.Query:
+def store_query(store: NumericsStore, provider, **params) -> numerics_routes.Query:
     """A request's ``Query`` over the store (tags listed from it), with ``params``."""
     listing = Listing(store_tags(store, provider))
     text = {name: str(value) for name, value in params.items()}
-    return views.Query(
+    return numerics_routes.Query(
         listing,
         store,
         Scalars(store, provider),

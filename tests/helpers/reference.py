@@ -149,7 +149,7 @@ def assert_matches(
     exactly, statistics within ``rtol`` (``mean`` relative to ``rm2``) plus two float64
     subnormal steps: a statistic whose true value is subnormal in float64 (the mean of a few
     tiny float64 values) cannot be closer than its rounding."""
-    from tandv_tb.disk.record import STATISTICS
+    from tandv_tb.event_files.record import STATISTICS
     from tandv_tb.formats import info
 
     record = stats.to_record()

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
-from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.event_files.record import NumericsRecord
 from tandv_tb.stats import tensor_stats
 from tandv_tb.torch import track
 from tests.helpers.tracker_records import Stored, read_records  # noqa: F401  (re-exported)

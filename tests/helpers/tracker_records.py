@@ -10,8 +10,8 @@ import os
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.util import tensor_util
 
-from tandv_tb.disk import metadata, record_columns
-from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.event_files import metadata, record_columns
+from tandv_tb.event_files.record import NumericsRecord
 
 
 @dataclasses.dataclass
@@ -37,7 +37,8 @@ def read_records(logdir: str) -> dict[tuple[str, str, int], Stored]:
                 content = meta.plugin_data.content
                 if meta.plugin_data.plugin_name == metadata.PLUGIN_NAME:
                     if metadata.plugin_kind(content) != metadata.NUMERICS_KIND:
-                        continue  # the non-finite watch's record (tandv_tb.disk.nonfinite_record)
+                        # the non-finite watch's record (tandv_tb.event_files.nonfinite_record)
+                        continue
                     infos[value.tag] = metadata.parse_plugin_metadata(content)
                 info = infos.get(value.tag)
                 if info is None:

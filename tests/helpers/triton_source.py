@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tandv_tb import formats as fmt
-from tandv_tb.disk.record import NumericsRecord
+from tandv_tb.event_files.record import NumericsRecord
 from tandv_tb.stats import engine
 from tandv_tb.stats.tensor_stats import TensorStats
 from tests.helpers.reference import torch_tensor

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tandv_tb.disk.nonfinite import read_nonfinite
+from tandv_tb.event_files.nonfinite import read_nonfinite
 
 pytestmark = pytest.mark.timeout(300)
 

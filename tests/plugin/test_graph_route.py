@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
-from tandv_tb.disk.event_file import EventFile
-from tandv_tb.disk.graph_record import encode_graph
+from tandv_tb.event_files.event_file import EventFile
+from tandv_tb.event_files.graph_record import encode_graph
 from tandv_tb.writer import NumericsWriter
 from tests.helpers.model_graphs import HOSTILE, gpt_graph, residual_graph
 from tests.helpers.plugin import TensorBoardApp

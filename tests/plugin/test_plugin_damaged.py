@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, types_pb2
 
-from tandv_tb.disk import record_columns, summary
-from tandv_tb.disk.metadata import TagInfo
+from tandv_tb.event_files import record_columns, summary
+from tandv_tb.event_files.metadata import TagInfo
 from tandv_tb.frame import read_frame
 from tandv_tb.writer import NumericsWriter
 from tests.helpers.event_io import event_files, tensor_proto, write_raw_events

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from tandv_tb.diagnosis.base import COLUMNS, KINDS
-from tandv_tb.disk.metadata import PLUGIN_NAME, TENSOR_TYPES
-from tandv_tb.disk.record import COUNTS, STATISTICS
+from tandv_tb.event_files.metadata import PLUGIN_NAME, TENSOR_TYPES
+from tandv_tb.event_files.record import COUNTS, STATISTICS
 from tandv_tb.frame.schema import METADATA_COLUMNS
 from tandv_tb.tracking.nonfinite_policy import POLICIES, StepReport
 from tests.helpers import REPO

@@ -2,7 +2,7 @@
 naming the library and its version, when an upgrade changes what tandv_tb relies on.
 
 Why each one stays (and what it buys) is written where it is used:
-``tandv_tb.disk.user_writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.store.logdir``
+``tandv_tb.event_files.user_writer`` (``SummaryWriter._get_file_writer``), ``tandv_tb.store.logdir``
 (``data_ingester._parse_event_files_spec``), ``tandv_tb.torch.compiled``
 (``torch._C._current_graph_task_id``, the attributes which mark compiled modules, an
 operator's ordered effect), ``tandv_tb.torch.memo`` (``Tensor._version``),

@@ -224,7 +224,7 @@ def test_two_logdirs_that_share_a_run_keep_their_own_stores(tmp_path):
 def test_the_watch_records_and_scalars_are_stored(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from tandv_tb.disk.nonfinite import NonfiniteEntry
+    from tandv_tb.event_files.nonfinite import NonfiniteEntry
 
     run = tmp_path / "logs" / "r"
     summary = SummaryWriter(str(run))
@@ -274,7 +274,7 @@ def test_steps_out_of_order_and_a_step_written_again_keep_the_later_record(tmp_p
 
 
 def test_the_watch_record_is_no_layer_and_no_skipped_tag(tmp_path):
-    from tandv_tb.disk.nonfinite import NonfiniteEntry
+    from tandv_tb.event_files.nonfinite import NonfiniteEntry
     from tests.helpers.plugin import TensorBoardApp
 
     rng = np.random.default_rng(1)
@@ -309,7 +309,7 @@ def _tensor_scalar(step: int, value: float, with_metadata: bool):
 def test_a_tensor_scalar_is_kept_across_a_restart(tmp_path):
     """The scalar tags seen are restored with the run's tags: the values after a restart,
     without metadata, are still the same tag's."""
-    from tandv_tb.disk.event_file import EventFile
+    from tandv_tb.event_files.event_file import EventFile
 
     events = EventFile(str(tmp_path / "logs" / "r"))
     for step in range(4):

@@ -1,4 +1,4 @@
-"""The store over logdirs that are not a local path (``tandv_tb.storage.locations``): a local
+"""The store over logdirs that are not a local path (``tandv_tb.filesystems.locations``): a local
 S3 server (moto's, ``tests/helpers/s3_server.py``), ``file://`` URLs and ``--logdir_spec``;
 what it reads equals what it reads from the same files on disk, new objects and new bytes
 are read incrementally, and storage that fails says so in one sentence."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import plugin_event_multiplexer
 
-from tandv_tb.storage import locations
-from tandv_tb.storage.locations import StorageError, public_url
+from tandv_tb.filesystems import locations
+from tandv_tb.filesystems.locations import StorageError, public_url
 from tandv_tb.store import NumericsStore
 from tandv_tb.store.logdir import Logdir
 from tandv_tb.store.series import Needs

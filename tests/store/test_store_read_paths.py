@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
-from tandv_tb.disk.event_reader import read_chunk
-from tandv_tb.plugin import metrics, views
+from tandv_tb.event_files.event_reader import read_chunk
+from tandv_tb.plugin import metrics, numerics_routes
 from tandv_tb.plugin.responses import dumps
 from tandv_tb.store import NumericsStore, ingest
 from tandv_tb.store.results import fetch
@@ -183,7 +183,7 @@ def test_a_grid_heatmap_equals_the_layer_by_layer_one(tmp_path, monkeypatch):
 
     def heatmap(run: str, **args) -> str:
         query = store_query(store, provider, tensor_type="Activation", **args)
-        return dumps(views.heatmap(query, query.run(run)))
+        return dumps(numerics_routes.heatmap(query, query.run(run)))
 
     asked = []
     for run, format_name in (("run", "float8_e5m2"), ("blocks", "mxfp4_e2m1")):

@@ -27,8 +27,8 @@ from tensorboard.util import grpc_util
 from torch.utils.tensorboard import SummaryWriter
 
 from tandv_tb import writer as writer_module
-from tandv_tb.disk.metadata import PLUGIN_NAME, TagInfo
-from tandv_tb.disk.record_columns import decode_tensor
+from tandv_tb.event_files.metadata import PLUGIN_NAME, TagInfo
+from tandv_tb.event_files.record_columns import decode_tensor
 from tandv_tb.frame import DataWarning, read_records
 from tandv_tb.writer import NumericsWriter
 from tests.helpers import REPO
@@ -36,7 +36,7 @@ from tests.helpers.event_io import event_files, record_of, stored
 from tests.helpers.reference import crafted, random_binades
 
 _RECORD = (
-    "from tandv_tb.disk.record import STATISTICS, NumericsRecord\n"
+    "from tandv_tb.event_files.record import STATISTICS, NumericsRecord\n"
     "record = NumericsRecord('float32', 8, 0, 0, 0, 0, 0, np.array([8]),"
     " dict.fromkeys(STATISTICS, 1.0))\n"
 )

@@ -16,7 +16,7 @@ import pytest
 from tensorboard import context as tb_context
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
-from tandv_tb.disk.event_objects import EventObjects
+from tandv_tb.event_files.event_objects import EventObjects
 from tandv_tb.frame.reading import read_frame
 from tandv_tb.writer import NumericsWriter
 from tests.helpers.event_checks import check_event_file

@@ -14,7 +14,7 @@ from flax import linen
 
 import tandv_tb
 from tandv_tb import NonFiniteError, NonFiniteWarning
-from tandv_tb.disk.nonfinite import read_nonfinite
+from tandv_tb.event_files.nonfinite import read_nonfinite
 from tandv_tb.jax import track
 
 POISONED_STEP = 7

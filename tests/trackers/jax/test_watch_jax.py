@@ -13,7 +13,7 @@ import pytest
 from flax import linen, nnx
 
 import tandv_tb
-from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.event_files.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.jax import track
 from tests.helpers.jax_models import GPT, NnxMLP, gpt_loss, mlp_batch, tokens
 

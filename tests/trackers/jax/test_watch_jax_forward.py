@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen
 
-from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.event_files.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.jax import track
 
 

@@ -14,7 +14,7 @@ import optax
 from flax import linen
 
 import tandv_tb.jax.watch as watch_module
-from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.event_files.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.jax import track
 
 NAN, INF = float("nan"), float("inf")

@@ -11,7 +11,7 @@ from torch import nn
 
 import tandv_tb
 from tandv_tb import NonFiniteError, NonFiniteWarning, StepReport
-from tandv_tb.disk.nonfinite import read_nonfinite
+from tandv_tb.event_files.nonfinite import read_nonfinite
 from tandv_tb.torch import track
 
 POISONED_STEP = 7

@@ -223,14 +223,14 @@ def test_empty_and_hostile_names_are_recorded_as_they_are(tmp_path):
 
 
 def test_the_private_torch_api_that_tells_a_recomputed_forward_is_there():
-    """``compiled.recomputing`` (used by module outputs, inputs, ``attach`` and the graph's
+    """``step_tensors.recomputing`` (used by module outputs, inputs, ``attach`` and the graph's
     recording so that a checkpointed forward is not recorded twice) reads
     ``torch._C._current_graph_task_id``."""
     assert hasattr(torch._C, "_current_graph_task_id"), (
-        "torch._C._current_graph_task_id is gone: tandv_tb.torch.compiled.recomputing needs "
+        "torch._C._current_graph_task_id is gone: tandv_tb.torch.step_tensors.recomputing needs "
         "another way to tell a forward recomputed inside a backward pass"
     )
-    from tandv_tb.torch.compiled import recomputing
+    from tandv_tb.torch.step_tensors import recomputing
 
     seen = []
     x = torch.ones(2, requires_grad=True)

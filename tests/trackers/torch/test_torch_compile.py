@@ -19,7 +19,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 from torch.utils.checkpoint import checkpoint
 
-from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.event_files.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import CompiledBeforeTrackWarning, attach, compiled, track
 from tests.helpers.compiled_training import (
     INSIDE,

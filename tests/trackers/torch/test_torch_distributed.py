@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.event_files.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import track
 from tests.helpers.model_graphs import graph_steps, recorded_graph
 from tests.helpers.torch_models import assert_same, expected, read_records

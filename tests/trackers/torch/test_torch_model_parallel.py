@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tandv_tb.disk.nonfinite import read_nonfinite
+from tandv_tb.event_files.nonfinite import read_nonfinite
 from tandv_tb.torch import track
 from tandv_tb.torch.parallel_layout import UntoldLayoutWarning
 from tests.helpers.parallel_training import (

@@ -19,7 +19,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import tandv_tb
-from tandv_tb.disk.nonfinite import read_nonfinite
+from tandv_tb.event_files.nonfinite import read_nonfinite
 from tandv_tb.stats import _kernel_choice
 from tandv_tb.torch import track
 from tests.helpers import triton_source

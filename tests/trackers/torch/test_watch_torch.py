@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import tandv_tb
-from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.event_files.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.stats.finite import nonfinite_at, nonfinite_in
 from tandv_tb.torch import track, watch
 from tandv_tb.torch.parallel_layout import ParallelLayout, Spread

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tandv_tb.disk.nonfinite import read_nonfinite
+from tandv_tb.event_files.nonfinite import read_nonfinite
 from tandv_tb.torch import track
 from tests.helpers.torch_models import NanGradient
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
+from tandv_tb.event_files.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import track, watch
 
 NAN, INF = float("nan"), float("inf")
