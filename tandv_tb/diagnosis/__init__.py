@@ -7,7 +7,7 @@ tensor; ``tandv-tb findings LOGDIR`` (``cli``) prints each run's headline (``hea
 and the groups, those expected of the recorded formats folded into one line per run for its
 element formats and one for its block formats (``folding``); the plugin's ``findings``
 route serves them to the Numerics tab.
-``engine`` runs every kind, one module per group of kinds:
+``analysis`` runs every kind, one module per group of kinds:
 
 - ``first_nonfinite``: ``nonfinite`` (error), the run's first NaN/Inf and its first tensor;
 - ``low_precision``: ``overflow`` (error/warning), ``underflow`` (warning), ``scale`` (info)
@@ -17,7 +17,7 @@ route serves them to the Numerics tab.
 
 Each module imports only modules below it (``tests/diagnosis/test_layers.py``): ``base``;
 ``run_numerics``; the kinds, ``comparable``, ``grouping`` and ``headline``; ``divergence``
-and ``folding``; ``engine``; this package; ``cli``.
+and ``folding``; ``analysis``; this package; ``cli``.
 
 The package is called ``diagnosis``, not ``findings``: a subpackage ``tandv_tb.findings``
 would replace the function ``tandv_tb.findings`` by itself as soon as it was imported.
@@ -46,7 +46,7 @@ def find(
     cache_dir: str | os.PathLike | None = None,
     thresholds: Thresholds = _DEFAULTS,
 ) -> Diagnosis:
-    """The ``engine.Diagnosis`` of the runs under ``logdir`` (a path or any fsspec URL; what
+    """The ``analysis.Diagnosis`` of the runs under ``logdir`` (a path or any fsspec URL; what
     ``findings`` and the command line build on): every run, or ``run``, or the two runs of
     ``compare`` compared whatever they share. ``FileNotFoundError`` for a missing logdir,
     ``ValueError`` for an unknown run or a bad pair, ``tandv_tb.filesystems.locations.StorageError``

@@ -14,7 +14,7 @@ FLOORS = (
     ("run_numerics",),
     ("first_nonfinite", "low_precision", "trends", "comparable", "grouping", "headline"),
     ("divergence", "folding"),
-    ("engine",),
+    ("analysis",),
     ("__init__",),
     ("cli",),
 )
