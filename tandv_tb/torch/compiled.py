@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from tandv_tb.disk.metadata import FORWARD_TYPES, MODULE_INPUT_TYPES, MODULE_OUTPUT_TYPES
 from tandv_tb.torch import naming
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parallel_layout import Spread
@@ -163,11 +164,6 @@ def recomputing() -> bool:
     return graph_task_id is not None and graph_task_id() != -1
 
 
-#: Tensors of the forward pass: a checkpointed forward recomputed inside the backward
-#: hands them over again, and they are taken the first time only.
-_FORWARD_TYPES = ("Activation", "Input")
-
-
 class StepTensors:
     """The one rule for what a step does with a tensor that a hook, ``attach`` or a
     compiled graph sees: it is recorded on a tracked step (``active``), checked for
@@ -198,7 +194,7 @@ class StepTensors:
     ) -> None:  # fmt: skip
         """Record ``tensor`` or check it, by the rule (``spread`` and ``reuse``:
         ``Recorder.record``)."""
-        if tensor_type in _FORWARD_TYPES and recomputing():
+        if tensor_type in FORWARD_TYPES and recomputing():  # taken in the first forward
             return
         if self._active():
             self._recorder.record(
@@ -269,7 +265,7 @@ class CompiledTracking:
         ``fc2(h)`` handed over before; tests/trackers/torch/test_torch_compile.py)."""
         self.ran = True
         try:
-            is_input = tensor_type in ("Input", "Input_Gradient")
+            is_input = tensor_type in MODULE_INPUT_TYPES
             order = self._orders.module(("Input", name) if is_input else name)
             if tensor_type == "Activation" and not self._options.track_activations:
                 return  # only placed in the order, for its gradient
@@ -299,7 +295,7 @@ class CompiledTracking:
         of_modules = {
             name
             for name, tensor_type in recorded
-            if tensor_type in ("Activation", "Gradient")
+            if tensor_type in MODULE_OUTPUT_TYPES
             and name != root
             and not name.startswith((f"{root}.", f"{root}["))  # the root's tuple output
         }
