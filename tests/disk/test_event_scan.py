@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
 from torch.utils.tensorboard import SummaryWriter
 
-from tandv_tb.disk import event_scan
-from tandv_tb.disk.event_scan import intern_tags, scan_events
+from tandv_tb.disk import event_scan, event_wire
+from tandv_tb.disk.event_scan import scan_events
+from tandv_tb.disk.tag_intern import intern_tags
 from tandv_tb.writer import NumericsWriter, RecordItem
 from tests.helpers import REPO
 from tests.helpers.event_io import event_files, record_of
@@ -169,19 +170,19 @@ def _summary_event(*raw_values: bytes, rest: bytes = b"") -> bytes:
 def test_field_numbers_match_the_descriptors():
     value, tensor, shape = summary_pb2.Summary.Value, tensor_pb2.TensorProto, tensor_shape_pb2
     read = [
-        (event_pb2.Event, "wall_time", event_scan.F_EVENT_WALL_TIME),
-        (event_pb2.Event, "step", event_scan.F_EVENT_STEP),
-        (event_pb2.Event, "summary", event_scan.F_EVENT_SUMMARY),
-        (summary_pb2.Summary, "value", event_scan.F_SUMMARY_VALUE),
-        (value, "tag", event_scan.F_VALUE_TAG),
-        (value, "tensor", event_scan.F_VALUE_TENSOR),
-        (value, "metadata", event_scan.F_VALUE_METADATA),
-        (tensor, "dtype", event_scan.F_TENSOR_DTYPE),
-        (tensor, "tensor_shape", event_scan.F_TENSOR_SHAPE),
-        (tensor, "tensor_content", event_scan.F_TENSOR_CONTENT),
-        (tensor, "int64_val", event_scan.F_TENSOR_INT64_VAL),
-        (shape.TensorShapeProto, "dim", event_scan.F_SHAPE_DIM),
-        (shape.TensorShapeProto.Dim, "size", event_scan.F_DIM_SIZE),
+        (event_pb2.Event, "wall_time", event_wire.F_EVENT_WALL_TIME),
+        (event_pb2.Event, "step", event_wire.F_EVENT_STEP),
+        (event_pb2.Event, "summary", event_wire.F_EVENT_SUMMARY),
+        (summary_pb2.Summary, "value", event_wire.F_SUMMARY_VALUE),
+        (value, "tag", event_wire.F_VALUE_TAG),
+        (value, "tensor", event_wire.F_VALUE_TENSOR),
+        (value, "metadata", event_wire.F_VALUE_METADATA),
+        (tensor, "dtype", event_wire.F_TENSOR_DTYPE),
+        (tensor, "tensor_shape", event_wire.F_TENSOR_SHAPE),
+        (tensor, "tensor_content", event_wire.F_TENSOR_CONTENT),
+        (tensor, "int64_val", event_wire.F_TENSOR_INT64_VAL),
+        (shape.TensorShapeProto, "dim", event_wire.F_SHAPE_DIM),
+        (shape.TensorShapeProto.Dim, "size", event_wire.F_DIM_SIZE),
     ]
     for message, name, number in read:
         assert message.DESCRIPTOR.fields_by_name[name].number == number, name
@@ -391,7 +392,7 @@ def test_a_value_table_too_small_grows():
     assert event_scan._count_values(data, starts, ends) == sum(range(32, 41)) + 2
     whole = scan_events(data, starts, ends)
     assert whole.ok.tolist() == [True] * 3 + [False] + [True] * 6
-    grown = event_scan._scan(data, starts, ends, 1, *event_scan._schema())
+    grown = event_scan._scan(data, starts, ends, 1, *event_wire.schema())
     assert grown[4] == len(whole.event)
     assert np.array_equal(grown[3][:, : grown[4]][event_scan._TAG_START], whole.tag_start)
     assert np.array_equal(grown[3][:, : grown[4]][event_scan._INT64_START], whole.int64_start)
@@ -416,7 +417,8 @@ def test_intern_tags_equals_a_dict_whatever_the_order():
 _BOUNDS_CHECKED_FUZZ = """
 import random, sys
 from tests.disk.test_event_scan import _BASES, _event, _joined, _value
-from tandv_tb.disk.event_scan import intern_tags, scan_events
+from tandv_tb.disk.event_scan import scan_events
+from tandv_tb.disk.tag_intern import intern_tags
 rnd = random.Random(0)
 for _ in range(int(sys.argv[1])):
     event = bytearray(rnd.choice(_BASES))
