@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 from tensorboard.compat.proto import event_pb2
 
-from tandv_tb.event_files.event_scan import intern_tags, scan_events
+from tandv_tb.event_files.event_scan import scan_events
+from tandv_tb.event_files.tag_intern import intern_tags
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plugin_load import _record, _scales  # noqa: E402  (realistic records)

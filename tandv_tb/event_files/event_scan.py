@@ -24,62 +24,45 @@ and the caller parses that event with protobuf. Not ok are:
 Repeated occurrences that the ranges can describe follow protobuf: the last ``step``,
 ``wall_time``, tag, dtype and ``tensor_content`` win; several ``summary`` fields, shapes and
 dims add up. Every other field, known or not, is validated (at least as strictly as
-protobuf) and skipped. Which fields exist and their types come from the generated
-descriptors (``_schema``); the field numbers this module reads are the ``F_*`` constants,
-checked against the descriptors by the tests. A not-ok event has no values in the result
+protobuf) and skipped. Which fields exist, how each is encoded, and the field numbers read
+here come from ``event_wire``. A not-ok event has no values in the result
 (its ``step`` and ``wall_time`` are 0).
-
-``intern_tags`` turns the tags' byte ranges into a list of distinct names and an index per
-value, decoding each distinct tag once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numba
 import numpy as np
-from google.protobuf.descriptor import FieldDescriptor
-from tensorboard.compat.proto import event_pb2
 
-# Field numbers read here (tests check them against the descriptors).
-F_EVENT_WALL_TIME, F_EVENT_STEP, F_EVENT_SUMMARY = 1, 2, 5
-F_SUMMARY_VALUE = 1
-F_VALUE_TAG, F_VALUE_TENSOR, F_VALUE_METADATA = 1, 8, 9
-F_TENSOR_DTYPE, F_TENSOR_SHAPE, F_TENSOR_CONTENT, F_TENSOR_INT64_VAL = 1, 2, 4, 10
-F_SHAPE_DIM = 2
-F_DIM_SIZE = 1
-
-# How a field is encoded (the schema tables' codes).
-K_UNKNOWN, K_VARINT, K_FIXED64, K_FIXED32, K_BYTES, K_STRING, K_MESSAGE, K_GROUP = range(8)
-_KIND_OF_TYPE = {
-    **dict.fromkeys(
-        (
-            FieldDescriptor.TYPE_INT32,
-            FieldDescriptor.TYPE_INT64,
-            FieldDescriptor.TYPE_UINT32,
-            FieldDescriptor.TYPE_UINT64,
-            FieldDescriptor.TYPE_SINT32,
-            FieldDescriptor.TYPE_SINT64,
-            FieldDescriptor.TYPE_BOOL,
-            FieldDescriptor.TYPE_ENUM,
-        ),
-        K_VARINT,
-    ),
-    **dict.fromkeys(
-        (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64),
-        K_FIXED64,
-    ),
-    **dict.fromkeys(
-        (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32),
-        K_FIXED32,
-    ),
-    FieldDescriptor.TYPE_BYTES: K_BYTES,
-    FieldDescriptor.TYPE_STRING: K_STRING,
-    FieldDescriptor.TYPE_MESSAGE: K_MESSAGE,
-    FieldDescriptor.TYPE_GROUP: K_GROUP,
-}
+from tandv_tb.event_files.event_wire import (
+    F_DIM_SIZE,
+    F_EVENT_STEP,
+    F_EVENT_SUMMARY,
+    F_EVENT_WALL_TIME,
+    F_SHAPE_DIM,
+    F_SUMMARY_VALUE,
+    F_TENSOR_CONTENT,
+    F_TENSOR_DTYPE,
+    F_TENSOR_INT64_VAL,
+    F_TENSOR_SHAPE,
+    F_VALUE_METADATA,
+    F_VALUE_TAG,
+    F_VALUE_TENSOR,
+    K_FIXED32,
+    K_FIXED64,
+    K_GROUP,
+    K_MESSAGE,
+    K_STRING,
+    K_UNKNOWN,
+    K_VARINT,
+    next_field,
+    schema,
+    valid_packed,
+    valid_utf8,
+    varint,
+)
 
 # The messages on the way to the values, each the child of the one before through the field
 # in _PATH_FIELD; every other message is validated and skipped (_ROLE_OTHER).
@@ -149,7 +132,7 @@ def scan_events(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Scann
     ends = np.ascontiguousarray(ends, dtype=np.int64)
     if starts.shape != ends.shape or starts.ndim != 1:
         raise ValueError(f"starts {starts.shape} and ends {ends.shape} must be equal 1-D shapes")
-    kinds, children, packable, oneofs = _schema()
+    kinds, children, packable, oneofs = schema()
     capacity = _count_values(data, starts, ends)
     step, wall_bits, ok, values, n_values = _scan(
         data, starts, ends, capacity, kinds, children, packable, oneofs
@@ -173,120 +156,6 @@ def scan_events(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Scann
         int64_len=rows[_INT64_LEN],
         has_tensor=rows[_HAS_TENSOR].astype(bool),
     )
-
-
-def intern_tags(data: np.ndarray, scanned: ScannedValues) -> tuple[list[str], np.ndarray]:
-    """``(names, index)``: the distinct tags in order of first appearance, and for each value
-    the index of its tag in ``names`` (a run has a few thousand tags over millions of values,
-    so each distinct byte string is decoded once). The scan has checked that every tag is
-    valid UTF-8, so decoding is strict."""
-    index, firsts = _intern(np.ascontiguousarray(data), scanned.tag_start, scanned.tag_len)
-    names = [
-        data[s : s + n].tobytes().decode("utf-8")
-        for s, n in zip(scanned.tag_start[firsts].tolist(), scanned.tag_len[firsts].tolist())
-    ]
-    return names, index
-
-
-@functools.cache
-def _schema() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Tables over (message type, field number) of every message reachable from ``Event``
-    (type 0): the field's kind (K_*), its message type's index, whether it is a repeated
-    scalar (which protobuf accepts packed or not), and its oneof (index + 1, 0 for none)."""
-    types = [event_pb2.Event.DESCRIPTOR]
-    index = {types[0].full_name: 0}
-    for descriptor in types:  # grows while walked: breadth first over message fields
-        for field in descriptor.fields:
-            child = field.message_type
-            if child is not None and child.full_name not in index:
-                index[child.full_name] = len(types)
-                types.append(child)
-    width = 1 + max(field.number for d in types for field in d.fields)
-    kinds = np.zeros((len(types), width), np.int8)
-    children = np.zeros((len(types), width), np.int64)
-    packable = np.zeros((len(types), width), np.bool_)
-    oneofs = np.zeros((len(types), width), np.int64)
-    for t, descriptor in enumerate(types):
-        for field in descriptor.fields:
-            kind = _KIND_OF_TYPE[field.type]
-            kinds[t, field.number] = kind
-            if field.message_type is not None:
-                children[t, field.number] = index[field.message_type.full_name]
-            packable[t, field.number] = field.is_repeated and kind in (
-                K_VARINT,
-                K_FIXED64,
-                K_FIXED32,
-            )
-            if field.containing_oneof is not None:
-                oneofs[t, field.number] = field.containing_oneof.index + 1
-    return kinds, children, packable, oneofs
-
-
-@numba.njit(cache=True, nogil=True)
-def _varint(data, pos, limit, max_bytes):
-    """(value, position after it); position -1 when it runs past ``limit``, is longer than
-    ``max_bytes`` or does not fit in 64 bits."""
-    value = np.uint64(0)
-    for i in range(max_bytes):
-        if pos >= limit:
-            return np.uint64(0), -1
-        byte = data[pos]
-        pos += 1
-        if i == 9 and byte > 1:
-            return np.uint64(0), -1
-        value |= np.uint64(byte & 0x7F) << np.uint64(7 * i)
-        if byte < 0x80:
-            return value, pos
-    return np.uint64(0), -1
-
-
-@numba.njit(cache=True, nogil=True)
-def _valid_utf8(data, pos, end):
-    """Whether ``data[pos:end]`` is well-formed UTF-8 (no overlong forms, surrogates or code
-    points past U+10FFFF), as protobuf requires of string fields."""
-    while pos < end:
-        lead = data[pos]
-        if lead < 0x80:
-            pos += 1
-            continue
-        lo, hi = 0x80, 0xBF  # the range of the byte after the lead
-        if 0xC2 <= lead <= 0xDF:
-            more = 1
-        elif lead == 0xE0:
-            more, lo = 2, 0xA0
-        elif lead == 0xED:
-            more, hi = 2, 0x9F
-        elif 0xE1 <= lead <= 0xEF:
-            more = 2
-        elif lead == 0xF0:
-            more, lo = 3, 0x90
-        elif lead == 0xF4:
-            more, hi = 3, 0x8F
-        elif 0xF1 <= lead <= 0xF3:
-            more = 3
-        else:
-            return False
-        if end - pos - 1 < more or not lo <= data[pos + 1] <= hi:
-            return False
-        for k in range(2, more + 1):
-            if not 0x80 <= data[pos + k] <= 0xBF:
-                return False
-        pos += more + 1
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def _valid_packed(data, pos, end, kind):
-    """Whether ``data[pos:end]`` is a packed run of varints, or of 8- or 4-byte values."""
-    if kind == K_FIXED64:
-        return (end - pos) % 8 == 0
-    if kind == K_FIXED32:
-        return (end - pos) % 4 == 0
-    while pos < end:
-        _, pos = _varint(data, pos, end, 10)
-        if pos < 0:
-            return False
-    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -336,37 +205,15 @@ def _count_values(data, starts, ends):
         if not 0 <= pos <= end <= len(data):
             continue
         while pos < end:
-            field, wire, body, pos = _next_field(data, pos, end)
+            field, wire, body, pos = next_field(data, pos, end)
             if pos < 0:
                 break
             if field == F_EVENT_SUMMARY and wire == 2:
                 inner = body
                 while 0 <= inner < pos:
-                    field, wire, _, inner = _next_field(data, inner, pos)
+                    field, wire, _, inner = next_field(data, inner, pos)
                     count += field == F_SUMMARY_VALUE and wire == 2 and inner >= 0
     return count
-
-
-@numba.njit(cache=True, nogil=True)
-def _next_field(data, pos, limit):
-    """(field number, wire type, start of a length-delimited field's bytes, position after
-    the field) of the field at ``pos``; the position is -1 where it is not well formed."""
-    key, pos = _varint(data, pos, limit, 5)
-    field, wire, body = np.int64(key >> np.uint64(3)), np.int64(key & np.uint64(7)), pos
-    if pos < 0:
-        return field, wire, body, -1
-    if wire == 0:
-        _, pos = _varint(data, pos, limit, 10)
-    elif wire == 1 or wire == 5:
-        pos = pos + (8 if wire == 1 else 4) if limit - pos >= (8 if wire == 1 else 4) else -1
-    elif wire == 2:
-        size, body = _varint(data, pos, limit, 5)
-        if body < 0 or size >= 0x7FFFFFFF or np.int64(size) > limit - body:
-            return field, wire, body, -1
-        pos = body + np.int64(size)
-    else:
-        pos = -1
-    return field, wire, body, pos
 
 
 @numba.njit(cache=True, nogil=True)
@@ -390,7 +237,7 @@ def _scan_event(data, start, end, event, kinds, children, packable, oneofs, valu
             depth -= 1
             continue
         mtype, role = stack[1, depth], stack[2, depth]
-        tag, pos = _varint(data, pos, limit, 5)
+        tag, pos = varint(data, pos, limit, 5)
         if pos < 0 or tag > 0xFFFFFFFF:
             return fail
         field, wire = np.int64(tag >> np.uint64(3)), np.int64(tag & np.uint64(7))
@@ -404,7 +251,7 @@ def _scan_event(data, start, end, event, kinds, children, packable, oneofs, valu
         if wire == 0:
             if kind != K_UNKNOWN and kind != K_VARINT:
                 return fail
-            number, pos = _varint(data, pos, limit, 10)
+            number, pos = varint(data, pos, limit, 10)
             if pos < 0:
                 return fail
         elif wire == 1 or wire == 5:
@@ -417,16 +264,16 @@ def _scan_event(data, start, end, event, kinds, children, packable, oneofs, valu
                 number |= np.uint64(data[pos + k]) << np.uint64(8 * k)
             pos += width
         elif wire == 2:
-            size, pos = _varint(data, pos, limit, 5)
+            size, pos = varint(data, pos, limit, 5)
             if pos < 0 or size >= 0x7FFFFFFF or np.int64(size) > limit - pos:
                 return fail
             body, length = pos, np.int64(size)
             pos += length
             if kind == K_STRING:
-                if not _valid_utf8(data, body, pos):
+                if not valid_utf8(data, body, pos):
                     return fail
             elif kind in (K_VARINT, K_FIXED64, K_FIXED32):
-                if not packable[mtype, field] or not _valid_packed(data, body, pos, kind):
+                if not packable[mtype, field] or not valid_packed(data, body, pos, kind):
                     return fail
             elif kind == K_GROUP:
                 return fail
@@ -499,87 +346,3 @@ def _scan_event(data, start, end, event, kinds, children, packable, oneofs, valu
             stack[0, depth], stack[1, depth] = pos, children[mtype, field]
             stack[2, depth] = child_role
             pos = body
-
-
-@numba.njit(cache=True, nogil=True)
-def _intern(data, starts, lengths):
-    """(index of each string's distinct value, position of each distinct value's first
-    occurrence), over the byte strings ``data[starts[i]:starts[i] + lengths[i]]``: an
-    open-addressing hash table that compares bytes, so equal means equal."""
-    n = len(starts)
-    index = np.empty(n, np.int64)
-    firsts = np.empty(n, np.int64)
-    hashes = np.empty(n, np.uint64)
-    successors = np.full(n, -1, np.int64)  # the value that last came after each one
-    slots = np.full(1024, -1, np.int64)
-    done = n_distinct = 0
-    while True:  # the table is replaced only here, outside the hot loop
-        done, n_distinct = _intern_into(
-            data, starts, lengths, done, slots, index, firsts, hashes, successors, n_distinct
-        )
-        if done == n:
-            return index, firsts[:n_distinct]
-        slots = np.full(2 * len(slots), -1, np.int64)
-        mask = np.uint64(len(slots) - 1)
-        for d in range(n_distinct):
-            j = hashes[d] & mask
-            while slots[j] >= 0:
-                j = (j + np.uint64(1)) & mask
-            slots[j] = d
-
-
-@numba.njit(cache=True, nogil=True)
-def _intern_into(data, starts, lengths, i, slots, index, firsts, hashes, successors, n_distinct):
-    """Strings from ``i`` on into the table until all are in or it is half full: (strings
-    done, distinct count). Writers repeat their tags in the same order at every step, so
-    the value that followed the previous string last time is tried before hashing."""
-    mask = np.uint64(len(slots) - 1)
-    while i < len(starts) and 2 * n_distinct < len(slots):
-        s, length = starts[i], lengths[i]
-        before = index[i - 1] if i > 0 else -1
-        guess = successors[before] if before >= 0 else -1
-        if guess >= 0 and _same(data, starts[firsts[guess]], lengths[firsts[guess]], s, length):
-            index[i] = guess
-        else:
-            h = _hash(data, s, s + length)
-            j = h & mask
-            while True:
-                d = slots[j]
-                if d < 0:
-                    slots[j] = n_distinct
-                    firsts[n_distinct], hashes[n_distinct] = i, h
-                    index[i] = n_distinct
-                    n_distinct += 1
-                    break
-                if hashes[d] == h and _same(data, starts[firsts[d]], lengths[firsts[d]], s, length):
-                    index[i] = d
-                    break
-                j = (j + np.uint64(1)) & mask
-        if before >= 0:
-            successors[before] = index[i]
-        i += 1
-    return i, n_distinct
-
-
-@numba.njit(cache=True, nogil=True)
-def _hash(data, pos, end):
-    """A 64-bit hash of ``data[pos:end]``, 8 bytes (a multiply) at a time."""
-    h = np.uint64(end - pos) * np.uint64(0x9E3779B97F4A7C15)
-    while pos < end:
-        word = np.uint64(0)
-        for k in range(min(8, end - pos)):
-            word |= np.uint64(data[pos + k]) << np.uint64(8 * k)
-        h = (h ^ word) * np.uint64(0xFF51AFD7ED558CCD)
-        h ^= h >> np.uint64(29)
-        pos += 8
-    return h ^ (h >> np.uint64(32))
-
-
-@numba.njit(cache=True, nogil=True)
-def _same(data, a, a_len, b, b_len):
-    if a_len != b_len:
-        return False
-    for k in range(a_len):  # noqa: SIM110 (a loop compiles to a loop in numba)
-        if data[a + k] != data[b + k]:
-            return False
-    return True

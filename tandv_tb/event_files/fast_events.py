@@ -11,8 +11,9 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import summary_pb2, types_pb2
 
 from tandv_tb.event_files.chunk_values import ChunkValues
-from tandv_tb.event_files.event_scan import intern_tags, scan_events
+from tandv_tb.event_files.event_scan import scan_events
 from tandv_tb.event_files.metadata import PLUGIN_NAME
+from tandv_tb.event_files.tag_intern import intern_tags
 from tandv_tb.event_files.tag_table import TagTable
 
 

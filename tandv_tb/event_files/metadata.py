@@ -67,6 +67,17 @@ DTYPE_CODES = (
 #: The contract's tensor types, in the order dashboards list them; ``Optimiser_State.<key>``
 #: (any key without spaces or "/") follows them.
 TENSOR_TYPES = ("Activation", "Gradient", "Input", "Input_Gradient", "Weight", "Weight_Gradient")
+#: The groups the trackers tell apart, each a subset of ``TENSOR_TYPES``: a module's output
+#: and the gradient reaching it, its input and the gradient of that (each pair the forward
+#: type first); what a module's call gives (both pairs); what the forward pass gives.
+MODULE_OUTPUT_TYPES = ("Activation", "Gradient")
+MODULE_INPUT_TYPES = ("Input", "Input_Gradient")
+MODULE_CALL_TYPES = MODULE_OUTPUT_TYPES + MODULE_INPUT_TYPES
+FORWARD_TYPES = ("Activation", "Input")
+#: The type of a forward tensor's gradient.
+GRADIENT_TYPE = {"Activation": "Gradient", "Input": "Input_Gradient"}
+#: What ``Optimiser_State.<key>`` begins with.
+OPTIMISER_STATE_PREFIX = "Optimiser_State."
 _OPTIMISER_STATE = re.compile(r"Optimiser_State\.[^\s/]+")
 
 
@@ -78,7 +89,7 @@ def tensor_type_key(tensor_type: str) -> tuple:
     execution order (``execution_key``) is for what happened first, as findings tell it."""
     if tensor_type in TENSOR_TYPES:
         return (0, TENSOR_TYPES.index(tensor_type), "")
-    if tensor_type.startswith("Optimiser_State."):
+    if tensor_type.startswith(OPTIMISER_STATE_PREFIX):
         return (1, 0, tensor_type)
     return (2, 0, tensor_type)
 
@@ -104,7 +115,7 @@ def execution_phase(tensor_type: str) -> int:
     forward, 1: backward, 2-4: read at ``step()``, 5: unknown)."""
     if tensor_type in _PHASES:
         return _PHASES[tensor_type][0]
-    if tensor_type.startswith("Optimiser_State."):
+    if tensor_type.startswith(OPTIMISER_STATE_PREFIX):
         return _OPTIMISER_PHASE
     return _UNKNOWN_PHASE
 

@@ -19,7 +19,7 @@ _MAX_VARINT_BYTES = 10  # 64 bits, 7 a byte
 
 
 def unleb128(data: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """``kernels.unleb128`` for well-formed input: (values as uint64, values per part), or
+    """``numba_loops.unleb128`` for well-formed input: (values as uint64, values per part), or
     None when a part's last varint is cut off or a varint is too long (the compiled loop
     then says which comes first)."""
     sizes = np.asarray(sizes, dtype=np.int64)

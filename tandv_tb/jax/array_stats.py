@@ -17,7 +17,7 @@ import jax
 from jax.sharding import PartitionSpec
 
 from tandv_tb.formats import canonical_name
-from tandv_tb.stats import engine
+from tandv_tb.stats import engine, jax_kernel
 from tandv_tb.stats.engine import Pending
 
 
@@ -50,20 +50,15 @@ def in_program(x: jax.Array, formats: tuple[str, ...]) -> Pending:
     return dataclasses.replace(started[-1], counts=counts, moments=moments)
 
 
-def _on_host(x: jax.Array) -> bool:
-    """Whether ``x`` is all in this process's memory (a CPU array whose every shard is here;
-    under ``jax.distributed`` a global array spans the CPUs of other processes too)."""
-    return x.is_fully_addressable and all(device.platform == "cpu" for device in x.devices())
-
-
 def start(arrays: Sequence[jax.Array], formats: tuple[str, ...]) -> list[Pending]:
-    """Statistics of concrete arrays: host (CPU) arrays by the engine's CPU kernel, all
-    others in one compiled program (one dispatch), left on their devices. A global array
-    of several processes is described whole by that program (every process runs it)."""
+    """Statistics of concrete arrays: those ``jax_kernel`` gives the array kernel in one
+    compiled program (one dispatch), left on their devices, the others by the engine (host
+    arrays by its CPU kernel). A global array of several processes is described whole by
+    that program (every process runs it)."""
     pending: list[Pending | None] = [None] * len(arrays)
     on_device = []
     for i, x in enumerate(arrays):
-        if isinstance(x, jax.Array) and not _on_host(x):
+        if isinstance(x, jax.Array) and jax_kernel(x) == "array":
             on_device.append(i)
         else:
             pending[i] = engine.compute(x, formats)

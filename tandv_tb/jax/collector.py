@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import get_opaque_trace_state
 
+from tandv_tb.event_files.metadata import MODULE_INPUT_TYPES, MODULE_OUTPUT_TYPES
 from tandv_tb.jax import array_stats
 from tandv_tb.jax.probe import probe
 from tandv_tb.jax.skips import Verdict, untrackable
@@ -25,14 +26,11 @@ from tandv_tb.stats.engine import Pending
 from tandv_tb.tracking.leaf_names import map_leaves
 from tandv_tb.tracking.skip_log import SkipLog
 
-OUTPUT_TYPES = ("Activation", "Gradient")
-
 
 def _is_array(value: object) -> bool:
     return isinstance(value, jax.Array)
 
 
-INPUT_TYPES = ("Input", "Input_Gradient")
 NESTED = (
     "it runs inside a transformation nested in the tracked function (jax.lax.scan, "
     "jax.checkpoint/nn.remat, jax.vmap or an inner jax.jit), whose values cannot leave it; "
@@ -120,7 +118,7 @@ class Collector:
         """Record the arrays of one module call's output; returns the output to use in its
         place (the same values, with a probe on each array when it is differentiated)."""
         self.module_types.setdefault(name, module_type)
-        array = functools.partial(self._array, OUTPUT_TYPES, module_type)
+        array = functools.partial(self._array, MODULE_OUTPUT_TYPES, module_type)
         return map_leaves(output, name, _is_array, array)
 
     def module_inputs(
@@ -131,7 +129,7 @@ class Collector:
         arguments to call it with. Non-float arrays are skipped without a word."""
         if not self.config.inputs:
             return args, kwargs
-        array = functools.partial(self._array, INPUT_TYPES, module_type)
+        array = functools.partial(self._array, MODULE_INPUT_TYPES, module_type)
         return map_leaves(args, name, _is_array, array), map_leaves(kwargs, name, _is_array, array)
 
     def _array(
@@ -142,7 +140,7 @@ class Collector:
             return x
         verdict = untrackable(x, skip_scalars=False)
         if verdict is not Verdict.TRACK:
-            if verdict is not Verdict.SILENT and types == OUTPUT_TYPES:
+            if verdict is not Verdict.SILENT and types == MODULE_OUTPUT_TYPES:
                 self.config.skips.skip(name, value_type, verdict)
             return x
         if self.owns_current_trace():
@@ -154,7 +152,7 @@ class Collector:
         probed, differentiated = probe(
             x, functools.partial(self._record, name, value_type, module_type), on_backward
         )
-        if not differentiated and types == INPUT_TYPES:
+        if not differentiated and types == MODULE_INPUT_TYPES:
             self._defer(name, value_type, module_type, x)
         elif not differentiated:
             self.config.skips.skip(name, value_type, NESTED)

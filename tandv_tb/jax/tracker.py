@@ -7,6 +7,11 @@ from collections.abc import Callable, Sequence
 
 import jax
 
+from tandv_tb.event_files.metadata import (
+    MODULE_CALL_TYPES,
+    MODULE_INPUT_TYPES,
+    OPTIMISER_STATE_PREFIX,
+)
 from tandv_tb.event_files.nonfinite_record import entries_from_stats
 from tandv_tb.jax import array_stats, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
@@ -25,8 +30,6 @@ from tandv_tb.tracking.skip_log import SkipLog
 from tandv_tb.tracking.tracker_base import TrackerBase
 from tandv_tb.writer import RecordItem
 
-MODULE_OUTPUTS = ("Activation", "Gradient")
-MODULE_INPUTS = ("Input", "Input_Gradient")
 _GIVEN = object()  # a pytree was given to track()
 
 
@@ -270,7 +273,7 @@ class Tracker(TrackerBase):
         for i, leaf in enumerate(leaves):
             if not self._config.selected(leaf.name):
                 continue
-            optimizer_state = leaf.tensor_type.startswith("Optimiser_State.")
+            optimizer_state = leaf.tensor_type.startswith(OPTIMISER_STATE_PREFIX)
             verdict = untrackable(leaf.value, skip_scalars=optimizer_state)
             if verdict is Verdict.TRACK:
                 chosen.append((i, leaf))
@@ -281,15 +284,15 @@ class Tracker(TrackerBase):
     def _write(self) -> list:
         """Write the tracked step; the NaN/Inf the watch found in it."""
         records = self._results.drain()
-        in_forward = [r for r in records if r.tensor_type in MODULE_OUTPUTS + MODULE_INPUTS]
+        in_forward = [r for r in records if r.tensor_type in MODULE_CALL_TYPES]
         for record in in_forward:
             self._orders.module(_order_key(record))
         parameters = self._orders.parameters(
-            r.name for r in records if r.tensor_type not in MODULE_OUTPUTS + MODULE_INPUTS
+            r.name for r in records if r.tensor_type not in MODULE_CALL_TYPES
         )
         items = []
         for record in records:
-            if record.tensor_type in MODULE_OUTPUTS + MODULE_INPUTS:
+            if record.tensor_type in MODULE_CALL_TYPES:
                 order = self._orders.module(_order_key(record))
             else:
                 order = parameters[record.name]
@@ -326,7 +329,7 @@ class Tracker(TrackerBase):
 
 def _order_key(record: Item) -> str | tuple[str, str]:
     """Outputs (and attached arrays) by name; inputs apart, where their module starts."""
-    return ("Input", record.name) if record.tensor_type in MODULE_INPUTS else record.name
+    return ("Input", record.name) if record.tensor_type in MODULE_INPUT_TYPES else record.name
 
 
 def _is_train_state(state: object) -> bool:

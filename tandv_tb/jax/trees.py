@@ -17,6 +17,8 @@ import dataclasses
 import jax
 from jax.tree_util import DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey
 
+from tandv_tb.event_files.metadata import OPTIMISER_STATE_PREFIX
+
 Path = tuple[object, ...]  # jax key entries
 
 
@@ -81,7 +83,7 @@ def optimizer_leaves(tree: object, parameters: set[str]) -> list[NamedLeaf]:
     for prefix, key, name, value in found:
         shared = len(prefixes[key, name]) > 1
         full = ".".join((*prefix, key)) if shared else key
-        leaves.append(NamedLeaf(name, f"Optimiser_State.{full}", value))
+        leaves.append(NamedLeaf(name, f"{OPTIMISER_STATE_PREFIX}{full}", value))
     return leaves
 
 

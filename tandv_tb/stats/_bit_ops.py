@@ -82,16 +82,3 @@ def float32_of(typingctx, pattern):
         return builder.bitcast(value, context.get_value_type(types.float32))
 
     return types.float32(pattern), codegen
-
-
-@intrinsic
-def plus_minus(typingctx, value, magic):
-    """``(value + magic) - magic`` as two plain IEEE operations that no fast-math flag of
-    the caller may simplify: ``value`` rounded to nearest, ties to even, to a multiple of
-    the unit in the last place of ``magic`` (for ``|value|`` well below ``magic``)."""
-
-    def codegen(context, builder, signature, args):
-        value, magic = args
-        return builder.fsub(builder.fadd(value, magic), magic)
-
-    return value(value, magic), codegen

@@ -1,14 +1,22 @@
-"""Which kernel computes a torch tensor's statistics: the ``TANDV_TB_KERNEL`` switch.
+"""Which kernel computes a tensor's statistics, for every framework: the one place that
+decides, and the ``TANDV_TB_KERNEL`` switch.
 
-- ``auto`` (default): the compiled CPU kernel for host tensors; the Triton kernel for CUDA
-  tensors where ``triton`` imports; else the branch-free array kernel.
-- ``cpu``: the CPU kernel for every tensor (a device tensor is copied to the host first: a
-  sync per tensor).
-- ``array``: the array kernel for every tensor.
-- ``triton``: the Triton kernel for every tensor it can take. It runs on CUDA tensors, or,
-  with ``TRITON_INTERPRET=1``, on CPU tensors in Triton's interpreter (whose results stay
-  pending like a device's until ``fetch``). Triton reads torch tensors only: numpy arrays
-  keep the CPU kernel and jax arrays their own kernels.
+- numpy arrays: the compiled CPU kernel, always.
+- jax arrays (``jax_kernel``): the CPU kernel for an array wholly in this process's host
+  memory; inside ``jax.jit`` (a tracer) the traced program's own kernel, the CPU kernel
+  as an XLA FFI call where it is lowered for a one-device CPU (``traced_on_cpu``), else
+  the branch-free array kernel; the array kernel for every other array, on its devices.
+- torch tensors (``torch_kernel``), by the switch:
+
+  - ``auto`` (default): the CPU kernel for host tensors; the Triton kernel for CUDA
+    tensors where ``triton`` imports; else the array kernel.
+  - ``cpu``: the CPU kernel for every tensor (a device tensor is copied to the host
+    first: a sync per tensor).
+  - ``array``: the array kernel for every tensor.
+  - ``triton``: the Triton kernel for every tensor it can take. It runs on CUDA tensors,
+    or, with ``TRITON_INTERPRET=1``, on CPU tensors in Triton's interpreter (whose results
+    stay pending like a device's until ``fetch``). Triton reads torch tensors only: numpy
+    and jax arrays keep the rules above under every value of the switch.
 
 A tensor the Triton kernel cannot take (a dtype it does not read, values not dense in
 memory, a CUDA device that is not the current one) goes to the array kernel: counted
@@ -32,6 +40,8 @@ import functools
 import importlib
 import os
 import warnings
+
+from tandv_tb.stats import _xla_cpu
 
 #: The environment variable, and the values it takes.
 ENV = "TANDV_TB_KERNEL"
@@ -125,6 +135,28 @@ def torch_kernel(tensor, formats: tuple[str, ...]) -> str:
         return "triton"
     _fall_back(reason)
     return "array"
+
+
+def jax_kernel(array) -> str:
+    """``cpu``, ``array`` or ``traced`` (a tracer: the kernel is the traced program's,
+    ``traced_on_cpu``): the kernel for a jax array. Under ``jax.distributed`` a global
+    array also spans other processes' CPUs: not in this host's memory, so ``array``."""
+    import jax
+
+    if isinstance(array, jax.core.Tracer):
+        return "traced"
+    on_host = array.is_fully_addressable and all(d.platform == "cpu" for d in array.devices())
+    return "cpu" if on_host else "array"
+
+
+def traced_on_cpu() -> bool:
+    """Whether a traced program lowered for the CPU computes statistics by the CPU kernel
+    as an XLA FFI call (faster there) rather than by the array kernel: where the process
+    has one device. With several, XLA partitions the array kernel over a sharded array,
+    and would gather one for the call."""
+    import jax
+
+    return jax.device_count() == 1 and _xla_cpu.ready()
 
 
 def _fall_back(reason: str, instead: str = _STATISTICS_INSTEAD) -> None:

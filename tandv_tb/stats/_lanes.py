@@ -116,12 +116,6 @@ def fmuladd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.
     return builder.call(llvm_function(builder, name, kind, [kind, kind, kind]), [a, b, c])
 
 
-def add_to(builder: ir.IRBuilder, accumulator: ir.Value, value: ir.Value) -> None:
-    """Adds the vector ``value`` to the vector at ``accumulator`` (a float64 pointer)."""
-    pointer = builder.bitcast(accumulator, value.type.as_pointer())
-    builder.store(builder.fadd(builder.load(pointer), value), pointer)
-
-
 @intrinsic(prefer_literal=True)
 def largest_magnitude(typingctx, values, start, lanes, finite):
     """The bit pattern (int32) of the largest |x| of the float32 ``values[start:start +
@@ -208,7 +202,7 @@ def group_largest_magnitudes(typingctx, values, start, lanes, finite, patterns, 
 @intrinsic(prefer_literal=True)
 def accumulator(typingctx, lanes):
     """A zeroed vector of ``lanes`` float64 in the caller's frame, as a pointer: the loop
-    that adds to it (``add_to``) keeps it in registers."""
+    that adds to it keeps it in registers."""
     count = lanes.literal_value
 
     def codegen(context, builder, signature, args):

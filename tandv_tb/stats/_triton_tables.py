@@ -110,10 +110,6 @@ class KernelTables:
         return self.n_counts + self.n_moments
 
     @property
-    def has_nvfp4(self) -> bool:
-        return bool(self.nvfp4)
-
-    @property
     def has_blocks(self) -> bool:
         return self.mx_block is not None or self.nvfp4_block is not None
 

@@ -1,14 +1,13 @@
-"""Which kernel computes a tensor's statistics, and the one transfer per step.
+"""A tensor's statistics by the kernel ``_kernel_choice`` picks, and the one transfer per
+step.
 
-- Host arrays (numpy, torch CPU tensors, jax arrays on the CPU) go to the compiled CPU
-  kernel (``_cpu_kernel``): there is no device, so results are ready at once.
-- torch CUDA tensors go to the fused Triton kernels (``_triton_launch``) where ``triton``
-  imports, which leave one packed result vector per tensor on the device.
-- Other tensors on an accelerator and jax tracers (inside ``jax.jit``) go to the
-  branch-free array kernel (``_array_kernel``), which leaves its small result vectors on
-  the device. ``fetch`` brings all of them to the host in one transfer per library.
-
-``TANDV_TB_KERNEL`` (``_kernel_choice``) picks one kernel for every torch tensor instead.
+- The compiled CPU kernel (``_cpu_kernel``) reads host arrays: there is no device, so
+  results are ready at once.
+- The fused Triton kernels (``_triton_launch``) leave one packed result vector per torch
+  tensor on its device.
+- The branch-free array kernel (``_array_kernel``) leaves its small result vectors on the
+  tensor's device, also inside ``jax.jit``. ``fetch`` brings all of them to the host in
+  one transfer per library.
 
 Torch, jax and numpy are imported only when a value of theirs is seen.
 """
@@ -168,13 +167,12 @@ def compute_many(
 
 
 def _compute_jax(array, formats: tuple[str, ...], threads: int | None) -> Pending:
-    import jax
-
     dtype = float_dtype_name(array.dtype)
     row_length = _row_length(array)
-    if isinstance(array, jax.core.Tracer):
+    kernel = _kernel_choice.jax_kernel(array)
+    if kernel == "traced":
         counts, moments = _traced_jax(_jax_values(array, dtype), dtype, formats, row_length)
-    elif all(device.platform == "cpu" for device in array.devices()):
+    elif kernel == "cpu":
         host = _host_values(np.asarray(array), dtype)
         stats = compute_cpu(host, dtype, formats, threads, row_length)
         return Pending(dtype, formats, ready=stats)
@@ -185,16 +183,14 @@ def _compute_jax(array, formats: tuple[str, ...], threads: int | None) -> Pendin
 
 def _traced_jax(values, dtype: str, formats: tuple[str, ...], row_length: int):
     """Counts and moments of a traced array in the program being traced: the array kernel,
-    or, lowered for the CPU where the process has one device, the CPU kernel as an XLA FFI
-    call (``_xla_cpu``: faster there). With several devices the array kernel
-    stays, since XLA partitions it over a sharded array and would gather one for the call.
-    """
+    or, lowered for the CPU, the CPU kernel as an XLA FFI call (``_xla_cpu``) where
+    ``_kernel_choice.traced_on_cpu``."""
     import jax
 
     def array_kernel(v):
         return compute_arrays(_jax_ops(), v, dtype, formats, row_length)
 
-    if jax.device_count() > 1 or not _xla_cpu.ready():
+    if not _kernel_choice.traced_on_cpu():
         return array_kernel(values)
 
     def cpu_kernel(v):

@@ -104,9 +104,6 @@ class Updates:
         """Whether the store is being closed (a background build stops)."""
         return self._closing.is_set()
 
-    def builder_alive(self) -> bool:
-        return self._builder is not None and self._builder.is_alive()
-
     def close(self) -> None:
         """Stop a background build at its next transaction, and wait for it."""
         self._closing.set()

@@ -33,6 +33,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from tandv_tb.event_files.metadata import MODULE_INPUT_TYPES, MODULE_OUTPUT_TYPES
 from tandv_tb.torch import naming
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
@@ -193,7 +194,7 @@ class CompiledTracking:
         ``fc2(h)`` handed over before; tests/trackers/torch/test_torch_compile.py)."""
         self.ran = True
         try:
-            is_input = tensor_type in ("Input", "Input_Gradient")
+            is_input = tensor_type in MODULE_INPUT_TYPES
             order = self._orders.module(("Input", name) if is_input else name)
             if tensor_type == "Activation" and not self._options.track_activations:
                 return  # only placed in the order, for its gradient
@@ -223,7 +224,7 @@ class CompiledTracking:
         of_modules = {
             name
             for name, tensor_type in recorded
-            if tensor_type in ("Activation", "Gradient")
+            if tensor_type in MODULE_OUTPUT_TYPES
             and name != root
             and not name.startswith((f"{root}.", f"{root}["))  # the root's tuple output
         }

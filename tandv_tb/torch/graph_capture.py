@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from tandv_tb.event_files.graph_record import ModelGraph
+from tandv_tb.event_files.metadata import MODULE_CALL_TYPES
 from tandv_tb.torch import naming
 from tandv_tb.torch.compiled import is_compiled
 from tandv_tb.torch.distributed import is_distributed
@@ -46,15 +47,12 @@ from tandv_tb.torch.step_tensors import recomputing
 from tandv_tb.tracking.graph_builder import warn_capture
 from tandv_tb.tracking.step_buffer import Entry
 
-#: The tensor types of a step's module calls (what says the calls changed).
-_CALL_TYPES = ("Activation", "Gradient", "Input", "Input_Gradient")
-
 
 def module_calls(entries: Sequence[Entry]) -> tuple:
     """What a tracked step recorded of its module calls: each module-side tensor's name,
     type and number of parts (one per tensor recorded), in order."""
     return tuple(
-        (e.name, e.tensor_type, len(e.parts)) for e in entries if e.tensor_type in _CALL_TYPES
+        (e.name, e.tensor_type, len(e.parts)) for e in entries if e.tensor_type in MODULE_CALL_TYPES
     )
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from tandv_tb.event_files.metadata import GRADIENT_TYPE
 from tandv_tb.torch import compiled, naming
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parallel_layout import Spread
@@ -116,7 +117,7 @@ class HookHandles:
         its uses) when the backward reaches it, through a gradient hook."""
         compiled.observe(tensor, self.receiver_key, name, tensor_type, module_type)
         if self._gradients and tensor.requires_grad:
-            gradient_type = "Gradient" if tensor_type == "Activation" else "Input_Gradient"
+            gradient_type = GRADIENT_TYPE[tensor_type]
             observe = functools.partial(self._observe_gradient, name, gradient_type, module_type)
             tensor.register_hook(observe)
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from tandv_tb.event_files.metadata import OPTIMISER_STATE_PREFIX
 from tandv_tb.torch import naming
 from tandv_tb.torch.recorder import Recorder
 
@@ -91,7 +92,7 @@ class Parameters:
                 for key, value in self._optimizer.state.get(p.parameter, {}).items():
                     # Scalar entries (``step``) describe no tensor of the model.
                     if isinstance(value, torch.Tensor) and value.dim() > 0:
-                        yield p, f"Optimiser_State.{key}", value
+                        yield p, f"{OPTIMISER_STATE_PREFIX}{key}", value
 
     def _optimizer_parameters(self) -> Iterator[NamedParameter]:
         """The optimizer's parameters, named by the model (or by their place in it)."""

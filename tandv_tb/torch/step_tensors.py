@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from tandv_tb.event_files.metadata import FORWARD_TYPES
 from tandv_tb.torch.parallel_layout import Spread
 from tandv_tb.torch.parameters import Named, Parameters
 from tandv_tb.torch.recorder import Recorder
@@ -26,11 +27,6 @@ def recomputing() -> bool:
     """
     graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
     return graph_task_id is not None and graph_task_id() != -1
-
-
-#: Tensors of the forward pass: a checkpointed forward recomputed inside the backward
-#: hands them over again, and they are taken the first time only.
-_FORWARD_TYPES = ("Activation", "Input")
 
 
 class StepTensors:
@@ -63,7 +59,7 @@ class StepTensors:
     ) -> None:  # fmt: skip
         """Record ``tensor`` or check it, by the rule (``spread`` and ``reuse``:
         ``Recorder.record``)."""
-        if tensor_type in _FORWARD_TYPES and recomputing():
+        if tensor_type in FORWARD_TYPES and recomputing():  # taken in the first forward
             return
         if self._active():
             self._recorder.record(

@@ -1,26 +1,21 @@
-"""scan_events against protobuf's own parse: real event files, hand-built events with every
-field, and fuzzed bytes (for each event, either not ok or exactly protobuf's values)."""
+"""scan_events against protobuf's own parse: real event files and hand-built events with
+every field (fuzzed bytes: ``test_event_scan_fuzz``)."""
 
 from __future__ import annotations
 
-import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
 from torch.utils.tensorboard import SummaryWriter
 
-from tandv_tb.event_files import event_scan
-from tandv_tb.event_files.event_scan import intern_tags, scan_events
+from tandv_tb.event_files import event_scan, event_wire
+from tandv_tb.event_files.event_scan import scan_events
+from tandv_tb.event_files.tag_intern import intern_tags
 from tandv_tb.writer import NumericsWriter, RecordItem
-from tests.helpers import REPO
 from tests.helpers.event_io import event_files, record_of
 
 # ------------------------------------------------------------------ helpers
@@ -169,19 +164,19 @@ def _summary_event(*raw_values: bytes, rest: bytes = b"") -> bytes:
 def test_field_numbers_match_the_descriptors():
     value, tensor, shape = summary_pb2.Summary.Value, tensor_pb2.TensorProto, tensor_shape_pb2
     read = [
-        (event_pb2.Event, "wall_time", event_scan.F_EVENT_WALL_TIME),
-        (event_pb2.Event, "step", event_scan.F_EVENT_STEP),
-        (event_pb2.Event, "summary", event_scan.F_EVENT_SUMMARY),
-        (summary_pb2.Summary, "value", event_scan.F_SUMMARY_VALUE),
-        (value, "tag", event_scan.F_VALUE_TAG),
-        (value, "tensor", event_scan.F_VALUE_TENSOR),
-        (value, "metadata", event_scan.F_VALUE_METADATA),
-        (tensor, "dtype", event_scan.F_TENSOR_DTYPE),
-        (tensor, "tensor_shape", event_scan.F_TENSOR_SHAPE),
-        (tensor, "tensor_content", event_scan.F_TENSOR_CONTENT),
-        (tensor, "int64_val", event_scan.F_TENSOR_INT64_VAL),
-        (shape.TensorShapeProto, "dim", event_scan.F_SHAPE_DIM),
-        (shape.TensorShapeProto.Dim, "size", event_scan.F_DIM_SIZE),
+        (event_pb2.Event, "wall_time", event_wire.F_EVENT_WALL_TIME),
+        (event_pb2.Event, "step", event_wire.F_EVENT_STEP),
+        (event_pb2.Event, "summary", event_wire.F_EVENT_SUMMARY),
+        (summary_pb2.Summary, "value", event_wire.F_SUMMARY_VALUE),
+        (value, "tag", event_wire.F_VALUE_TAG),
+        (value, "tensor", event_wire.F_VALUE_TENSOR),
+        (value, "metadata", event_wire.F_VALUE_METADATA),
+        (tensor, "dtype", event_wire.F_TENSOR_DTYPE),
+        (tensor, "tensor_shape", event_wire.F_TENSOR_SHAPE),
+        (tensor, "tensor_content", event_wire.F_TENSOR_CONTENT),
+        (tensor, "int64_val", event_wire.F_TENSOR_INT64_VAL),
+        (shape.TensorShapeProto, "dim", event_wire.F_SHAPE_DIM),
+        (shape.TensorShapeProto.Dim, "size", event_wire.F_DIM_SIZE),
     ]
     for message, name, number in read:
         assert message.DESCRIPTOR.fields_by_name[name].number == number, name
@@ -391,107 +386,8 @@ def test_a_value_table_too_small_grows():
     assert event_scan._count_values(data, starts, ends) == sum(range(32, 41)) + 2
     whole = scan_events(data, starts, ends)
     assert whole.ok.tolist() == [True] * 3 + [False] + [True] * 6
-    grown = event_scan._scan(data, starts, ends, 1, *event_scan._schema())
+    grown = event_scan._scan(data, starts, ends, 1, *event_wire.schema())
     assert grown[4] == len(whole.event)
     assert np.array_equal(grown[3][:, : grown[4]][event_scan._TAG_START], whole.tag_start)
     assert np.array_equal(grown[3][:, : grown[4]][event_scan._INT64_START], whole.int64_start)
     assert np.array_equal(grown[2], whole.ok)
-
-
-def test_intern_tags_equals_a_dict_whatever_the_order():
-    rng = np.random.default_rng(1)
-    pool = ["", "a", "b", "ab", "é", "<b>", "a" * 40, "a" * 39 + "b"] + [
-        f"t{k}" for k in range(700)
-    ]
-    order = [pool[k] for k in rng.integers(0, len(pool), 4000)] + pool * 2
-    data, starts, ends = _joined([_event(*(_value(tag) for tag in order))])
-    names, tag_index = intern_tags(data, scan_events(data, starts, ends))
-    reference: dict[str, int] = {}
-    expected = [reference.setdefault(tag, len(reference)) for tag in order]
-    assert names == list(reference) and tag_index.tolist() == expected
-
-
-# ------------------------------------------------------------------ fuzzing
-
-_BOUNDS_CHECKED_FUZZ = """
-import random, sys
-from tests.event_files.test_event_scan import _BASES, _event, _joined, _value
-from tandv_tb.event_files.event_scan import intern_tags, scan_events
-rnd = random.Random(0)
-for _ in range(int(sys.argv[1])):
-    event = bytearray(rnd.choice(_BASES))
-    for _ in range(rnd.randint(1, 4)):
-        pos = rnd.randrange(len(event) + 1)
-        event[pos : pos + rnd.randint(0, 2)] = rnd.randbytes(rnd.randint(0, 3))
-    data, starts, ends = _joined([bytes(event), bytes(event[: rnd.randint(0, len(event))])])
-    intern_tags(data, scan_events(data, starts, ends))
-many = [_event(*(_value(f"tag{k}") for k in range(j, 3000, 2))) for j in range(2)]
-intern_tags(data := _joined(many)[0], scan_events(*_joined(many)))
-"""
-
-
-@pytest.mark.slow
-def test_no_out_of_bounds_access_under_numba_bounds_checking(tmp_path):
-    """numba checks no index unless told: recompiled with bounds checks (a fresh cache),
-    a fuzzed scan raises IndexError where it would read outside an array."""
-    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    subprocess.run(
-        [sys.executable, "-c", _BOUNDS_CHECKED_FUZZ, "30000"], env=env, check=True, cwd=REPO
-    )
-
-
-def _base_events() -> list[bytes]:
-    meta = summary_pb2.SummaryMetadata()
-    meta.plugin_data.plugin_name = "tandv"
-    meta.plugin_data.content = b'{"v": 2}'
-    first = _value("a/é", dtype=4, tensor_content=bytes(range(40)), int64_val=[1, -5, 2**40])
-    first.tensor.tensor_shape.dim.add(size=40)
-    first.metadata.CopyFrom(meta)
-    return [
-        _event(first, _value("b", dtype=9, int64_val=[7] * 5), summary_pb2.Summary.Value(tag="s")),
-        _event(summary_pb2.Summary.Value(tag="h", simple_value=2.0), step=2**40),
-        _summary_event(_len(1, b"x") + _len(8, _key(10, 0) + b"\x07")),
-        _summary_event(_len(1, b"y") + _len(9, _len(1, _len(1, b"p"))) + _len(8, _len(4, b"q"))),
-        _event(
-            summary_pb2.Summary.Value(
-                tag="hist", histo=summary_pb2.HistogramProto(bucket_limit=[1.0, 2.0], bucket=[3, 4])
-            ),
-            summary_pb2.Summary.Value(tag="img", image=summary_pb2.Summary.Image(height=2)),
-        ),
-        event_pb2.Event(file_version="brain.Event:2", wall_time=2.0).SerializeToString(),
-    ]
-
-
-_BASES = _base_events()
-
-
-@st.composite
-def _mutated(draw) -> bytes:
-    event = bytearray(draw(st.sampled_from(_BASES)))
-    for _ in range(draw(st.integers(0, 4))):
-        op = draw(st.sampled_from(("flip", "set", "insert", "delete", "truncate")))
-        pos = draw(st.integers(0, max(len(event) - 1, 0)))
-        if op == "flip" and event:
-            event[pos] ^= 1 << draw(st.integers(0, 7))
-        elif op == "set" and event:
-            event[pos] = draw(st.sampled_from((0x00, 0x7F, 0x80, 0xFF, 0x02, 0x0A)))
-        elif op == "insert":
-            event[pos:pos] = draw(st.binary(min_size=1, max_size=11))
-        elif op == "delete":
-            del event[pos : pos + draw(st.integers(1, 3))]
-        elif op == "truncate":
-            del event[pos:]
-    return bytes(event)
-
-
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(_mutated(), min_size=1, max_size=4))
-def test_fuzzed_events_are_exact_or_not_ok(events):
-    _check(*_joined(events))
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.binary(max_size=64))
-def test_random_bytes_are_exact_or_not_ok(raw):
-    _check(*_joined([raw, raw[::-1]]))
