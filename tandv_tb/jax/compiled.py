@@ -19,6 +19,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from tandv_tb.jax import features
 from tandv_tb.jax.collector import Collector, Slot
 from tandv_tb.jax.interception import run_intercepted
 
@@ -69,8 +70,9 @@ def _jax_options(info) -> dict:
         options["device"] = info.device
     if info.backend is not None:
         options["backend"] = info.backend
-    if info.compiler_options_kvs:
-        options["compiler_options"] = dict(info.compiler_options_kvs)
+    compiler_options = getattr(info, "compiler_options_kvs", ())  # jax 0.4.36 and later
+    if compiler_options:
+        options["compiler_options"] = dict(compiler_options)
     return options
 
 
@@ -81,7 +83,7 @@ def _nnx_options(wrapped) -> dict:
         raise UnsupportedJit("nnx.jit with in_shardings/out_shardings")
     simple = type(wrapped).__name__ == "SimpleJitWrapped"
     return dict(
-        _argument_options(wrapped.jitted_fn._jit_info),
+        _argument_options(features.jit_info(wrapped.jitted_fn)),
         graph=wrapped.graph if simple else True,
         graph_updates=not simple,
     )
@@ -95,7 +97,7 @@ def unwrap(fn: object) -> Unwrapped | None:
     # Without them a tracked step could only run the function eagerly: 2.26x of plain
     # training against 1.28x compiled again with them (bench/private_apis.py).
     # The Python function is the public ``__wrapped__``.
-    info = getattr(fn, "_jit_info", None)
+    info = features.jit_info(fn)
     if info is not None and callable(getattr(fn, "__wrapped__", None)):
         return Unwrapped("jax", fn.__wrapped__, _jax_options(info))
     if type(fn).__name__ in ("JitWrapped", "SimpleJitWrapped") and hasattr(fn, "jitted_fn"):

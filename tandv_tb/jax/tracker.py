@@ -12,7 +12,7 @@ from tandv_tb.jax import kernels, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
 from tandv_tb.jax.graph_capture import FunctionGraph
-from tandv_tb.jax.interception import run_intercepted
+from tandv_tb.jax.interception import refuse_traced, run_intercepted
 from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
@@ -71,6 +71,7 @@ class Tracker(TrackerBase):
         self._check_open()
         if not callable(fn):
             raise TypeError(f"intercept needs a function, got {type(fn).__name__}")
+        refuse_traced(args, kwargs)
         if not self._active and self._watch is None:
             return fn(*args, **kwargs)
         # On untracked steps the watch's variant only counts NaN/Inf in the same arrays.

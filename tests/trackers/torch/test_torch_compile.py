@@ -19,6 +19,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 from torch.utils.checkpoint import checkpoint
 
+from tandv_tb import versions
 from tandv_tb.disk.nonfinite import NonfiniteEntry, read_nonfinite
 from tandv_tb.torch import CompiledBeforeTrackWarning, attach, compiled, track
 from tests.helpers.compiled_training import (
@@ -468,8 +469,9 @@ def test_before_torch_2_13_compiled_code_hands_nothing_over_and_training_goes_on
     hooks do nothing while dynamo traces, training is unchanged with no graph break, the
     weights, gradients and optimizer state are recorded, and ``track`` says what is not."""
     monkeypatch.setattr(compiled, "HOOKS_IN_GRAPH", False)
+    monkeypatch.setattr(versions, "_said", set())  # said once per process: anew here
     with one_thread():
-        with pytest.warns(RuntimeWarning, match="before 2.13"):
+        with pytest.warns(versions.NewerReleaseWarning, match="needs torch 2.13"):
             got = train_nanogpt(compiled_nanogpt(), 3, logdir=str(tmp_path), every=1)
         want = train_nanogpt(compiled_nanogpt(), 3)
     assert_same_training(got, want)
