@@ -20,7 +20,7 @@ import warnings
 from packaging.version import Version
 
 #: The oldest release of each framework that is tested (compat.mk, pyproject.toml).
-FLOORS = {"torch": "2.5", "jax": "0.4.35", "flax": "0.10"}
+FLOORS = {"torch": "2.5.0", "jax": "0.7.0", "flax": "0.11.0"}
 
 
 class NewerReleaseWarning(UserWarning):

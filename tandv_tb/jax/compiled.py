@@ -101,7 +101,7 @@ def unwrap(fn: object) -> Unwrapped | None:
     if info is not None and callable(getattr(fn, "__wrapped__", None)):
         return Unwrapped("jax", fn.__wrapped__, _jax_options(info))
     if type(fn).__name__ in ("JitWrapped", "SimpleJitWrapped") and hasattr(fn, "jitted_fn"):
-        return Unwrapped("nnx", fn.fun, _nnx_options(fn))
+        return Unwrapped("nnx", features.nnx_jitted_function(fn), _nnx_options(fn))
     return None
 
 
@@ -147,7 +147,7 @@ class TrackedFunction:
         if unwrapped.flavour == "nnx":
             from flax import nnx
 
-            self._jitted = nnx.jit(traced, **unwrapped.options)
+            self._jitted = nnx.jit(traced, **features.nnx_jit_options(nnx, unwrapped.options))
         else:
             self._jitted = jax.jit(traced, **unwrapped.options)
 

@@ -20,7 +20,10 @@ jax).
   ``nnx.iter_modules`` (before: the method ``Module.iter_modules``) and
   ``Variable.get_value`` (before: ``Variable.value``); ``nnx.OptState`` is exported from
   0.11 (before: ``nnx.training.optimizer.OptState``). Found with ``getattr``, the newer
-  name first.
+  name first. ``nnx.jit``'s ``graph`` and ``graph_updates`` are newer than flax 0.12.0;
+  before, it always took the graph and updated it, which is what ``True`` means
+  (``nnx_jit_options`` leaves out what this flax's ``nnx.jit`` does not take). The Python
+  function of an ``nnx.jit`` is its ``fun`` from flax 0.12, its ``__wrapped__`` before.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ __all__ = [
     "get_opaque_trace_state",
     "jit_info",
     "nnx_iter_modules",
+    "nnx_jit_options",
+    "nnx_jitted_function",
     "nnx_object_type",
     "nnx_opt_state_type",
     "nnx_variable_value",
@@ -93,3 +98,16 @@ def nnx_variable_value(variable: object) -> object:
     """The value an NNX variable holds."""
     get_value = getattr(variable, "get_value", None)
     return get_value() if get_value is not None else variable.value
+
+
+def nnx_jit_options(nnx: ModuleType, options: dict) -> dict:
+    """``options`` for ``nnx.jit``, less the ones this flax's ``nnx.jit`` does not take
+    (there only those meaning what it always does are given)."""
+    taken = inspect.signature(nnx.jit).parameters
+    return {name: value for name, value in options.items() if name in taken}
+
+
+def nnx_jitted_function(wrapped: object) -> object:
+    """The Python function an ``nnx.jit`` wrapper compiles."""
+    fun = getattr(wrapped, "fun", None)
+    return fun if fun is not None else wrapped.__wrapped__
