@@ -10,9 +10,10 @@ touches torch).
   older lack). Found by feature detection.
 - **Tracking inside ``torch.compile``** (``hooks_in_graph``): needs that effect, and a
   dynamo that traces the tracker's hooks, ``attach`` and the gradient hand-over into the
-  model's graph with no graph break. Measured (compat.mk, docs/support.md): torch 2.11's
-  dynamo stops on them with an internal error, 2.13 traces them in one graph. No attribute
-  tells the two apart, so this one compares versions (``packaging.version``). Below it,
+  model's graph with no graph break. Measured (docs/support.md): torch 2.11's dynamo stops
+  on them with an internal error; 2.12.0 passes tests/trackers/torch/test_torch_compile.py
+  and test_graph_capture.py with them in the graph. No attribute tells the two apart, so
+  this one compares versions (``packaging.version``). Below it,
   compiled code hands nothing over: the compiled modules' activations and gradients are
   not recorded, everything else is, and ``compiled_tracking_lacking`` says so once.
 """
@@ -27,7 +28,7 @@ from tandv_tb.versions import lacking, require
 require("torch")
 
 #: The first torch release whose dynamo traces the tracker into compiled graphs.
-COMPILED_TRACKING = "2.13"
+COMPILED_TRACKING = "2.12"
 
 
 def register_ordered_effect(operator: object) -> bool:
