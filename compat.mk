@@ -90,7 +90,7 @@ $(COMPAT)/constraints-frameworks.txt: constraints.txt
 # $(call compat_env,DIR,REQUIREMENTS): DIR holds a venv with the package and REQUIREMENTS,
 # built anew unless DIR/.installed names the same requirements, constraints and pyproject.
 define compat_env
-pins="$(2) $$(cat $(COMPAT)/constraints-frameworks.txt pyproject.toml | md5sum | cut -c1-12)"; \
+{ pins="$(2) $$(cat $(COMPAT)/constraints-frameworks.txt pyproject.toml | md5sum | cut -c1-12)"; \
 if [ "$$(cat $(1)/.installed 2>/dev/null)" != "$$pins" ]; then \
 	rm -rf $(1) && $(PYTHON) -m venv $(1) && \
 	PIP_CONSTRAINT=/dev/null $(1)/bin/pip download -q -d $(COMPAT_WHEELS) \
@@ -98,7 +98,7 @@ if [ "$$(cat $(1)/.installed 2>/dev/null)" != "$$pins" ]; then \
 	PIP_CONSTRAINT=/dev/null $(1)/bin/pip install -q --find-links $(COMPAT_WHEELS) \
 		-c $(COMPAT)/constraints-frameworks.txt -e . $(COMPAT_TOOLS) $(2) && \
 	echo "$$pins" > $(1)/.installed; \
-fi
+fi; }
 endef
 
 # $(call newest,PACKAGE): the newest release of PACKAGE on the index (looked up at each run).
