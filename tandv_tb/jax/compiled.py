@@ -70,9 +70,8 @@ def _jax_options(info) -> dict:
         options["device"] = info.device
     if info.backend is not None:
         options["backend"] = info.backend
-    compiler_options = getattr(info, "compiler_options_kvs", ())  # jax 0.4.36 and later
-    if compiler_options:
-        options["compiler_options"] = dict(compiler_options)
+    if info.compiler_options_kvs:
+        options["compiler_options"] = dict(info.compiler_options_kvs)
     return options
 
 
@@ -83,7 +82,7 @@ def _nnx_options(wrapped) -> dict:
         raise UnsupportedJit("nnx.jit with in_shardings/out_shardings")
     simple = type(wrapped).__name__ == "SimpleJitWrapped"
     return dict(
-        _argument_options(features.jit_info(wrapped.jitted_fn)),
+        _argument_options(wrapped.jitted_fn._jit_info),
         graph=wrapped.graph if simple else True,
         graph_updates=not simple,
     )
@@ -97,7 +96,7 @@ def unwrap(fn: object) -> Unwrapped | None:
     # Without them a tracked step could only run the function eagerly: 2.26x of plain
     # training against 1.28x compiled again with them (bench/private_apis.py).
     # The Python function is the public ``__wrapped__``.
-    info = features.jit_info(fn)
+    info = getattr(fn, "_jit_info", None)
     if info is not None and callable(getattr(fn, "__wrapped__", None)):
         return Unwrapped("jax", fn.__wrapped__, _jax_options(info))
     if type(fn).__name__ in ("JitWrapped", "SimpleJitWrapped") and hasattr(fn, "jitted_fn"):

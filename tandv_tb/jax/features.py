@@ -7,19 +7,10 @@ jax).
 - **``get_opaque_trace_state``** (which trace is running: a collector computes statistics
   only of values of its own trace): in ``jax.extend.core`` from jax 0.10, in ``jax.core``
   before (where jax 0.10 deprecates it). Found by a try at import.
-- **A jitted function's options** (``jit_info``: static and donated arguments, shardings,
-  which the tracked version of a jitted function is compiled with): the attribute
-  ``_jit_info`` from jax 0.6; before, only the closure of the jitted function's
-  ``eval_shape`` (under jax's ``api_boundary``) holds them, as ``jit_info``. Both private, pinned by
-  tests/project/test_private_api_pins.py.
-- **An array's abstract type** (``array_type``, whose sharding says whether some mesh axes
-  are explicit): ``jax.typeof`` from jax 0.5.3; before, explicit sharding did not exist
-  either, so there is nothing to ask (None).
 - **Flax NNX's names** (flax is imported only where a model uses it): flax 0.12.0 renamed
   the base of NNX objects ``nnx.Object`` to ``nnx.Pytree``; 0.12.1 added the functions
   ``nnx.iter_modules`` (before: the method ``Module.iter_modules``) and
-  ``Variable.get_value`` (before: ``Variable.value``); ``nnx.OptState`` is exported from
-  0.11 (before: ``nnx.training.optimizer.OptState``). Found with ``getattr``, the newer
+  ``Variable.get_value`` (before: ``Variable.value``). Found with ``getattr``, the newer
   name first. ``nnx.jit``'s ``graph`` and ``graph_updates`` are newer than flax 0.12.0;
   before, it always took the graph and updated it, which is what ``True`` means
   (``nnx_jit_options`` leaves out what this flax's ``nnx.jit`` does not take). The Python
@@ -32,8 +23,6 @@ import inspect
 from collections.abc import Iterator
 from types import ModuleType
 
-import jax
-
 from tandv_tb.versions import require
 
 require("jax")
@@ -44,48 +33,18 @@ except ImportError:  # jax before 0.10
     from jax.core import get_opaque_trace_state
 
 __all__ = [
-    "array_type",
     "get_opaque_trace_state",
-    "jit_info",
     "nnx_iter_modules",
     "nnx_jit_options",
     "nnx_jitted_function",
     "nnx_object_type",
-    "nnx_opt_state_type",
     "nnx_variable_value",
 ]
-
-
-def array_type(x: object) -> object | None:
-    """``jax.typeof(x)``; None on a jax without it (and without explicit sharding)."""
-    typeof = getattr(jax, "typeof", None)
-    return None if typeof is None else typeof(x)
-
-
-def jit_info(jitted: object) -> object | None:
-    """The options (jax's ``PjitInfo``) of a ``jax.jit``-compiled function; None for
-    anything else."""
-    info = getattr(jitted, "_jit_info", None)
-    if info is not None:
-        return info
-    eval_shape = getattr(jitted, "eval_shape", None)
-    if not callable(eval_shape):
-        return None
-    eval_shape = inspect.unwrap(eval_shape)  # under jax's api_boundary
-    code = getattr(eval_shape, "__code__", None)
-    if code is None or "jit_info" not in code.co_freevars or eval_shape.__closure__ is None:
-        return None
-    return eval_shape.__closure__[code.co_freevars.index("jit_info")].cell_contents
 
 
 def nnx_object_type(nnx: ModuleType) -> type:
     """The base class of NNX modules and optimizers."""
     return getattr(nnx, "Pytree", None) or nnx.Object
-
-
-def nnx_opt_state_type(nnx: ModuleType) -> type:
-    """The variable type of an NNX optimizer's state."""
-    return getattr(nnx, "OptState", None) or nnx.training.optimizer.OptState
 
 
 def nnx_iter_modules(nnx: ModuleType, root: object) -> Iterator[tuple[tuple, object]]:

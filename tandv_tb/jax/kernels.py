@@ -17,14 +17,13 @@ import jax
 from jax.sharding import PartitionSpec
 
 from tandv_tb.formats import canonical_name
-from tandv_tb.jax import features
 from tandv_tb.stats import engine
 from tandv_tb.stats.engine import Pending
 
 
 def _explicit_mesh(x: jax.Array):
     """The abstract mesh of ``x`` when some of its axes are explicit, else None."""
-    sharding = getattr(features.array_type(x), "sharding", None)
+    sharding = getattr(jax.typeof(x), "sharding", None)
     mesh = getattr(sharding, "mesh", None)
     return mesh if getattr(mesh, "explicit_axes", ()) else None
 

@@ -41,7 +41,7 @@ def state_tree(value: object, optimizer: bool = False) -> object:
     if nnx is None or not isinstance(value, features.nnx_object_type(nnx)):
         return value
     if optimizer and isinstance(value, nnx.Optimizer):
-        return nnx.state(value, features.nnx_opt_state_type(nnx))
+        return nnx.state(value, nnx.OptState)
     return nnx.state(value)
 
 

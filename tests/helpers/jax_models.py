@@ -4,8 +4,6 @@ reader and an oracle that captures module outputs and their gradients without th
 
 from __future__ import annotations
 
-import inspect
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -195,19 +193,3 @@ def sgd_update(loss, optimizer, shapes):
         return optax.apply_updates(params, updates), opt_state, grads, (outputs, cotangents)
 
     return update
-
-
-def nnx_optimizer(model: nnx.Module, tx) -> nnx.Optimizer:
-    """``nnx.Optimizer`` of ``model``'s parameters: flax 0.11 asks which (``wrt``), 0.10
-    takes them all."""
-    if "wrt" in inspect.signature(nnx.Optimizer.__init__).parameters:
-        return nnx.Optimizer(model, tx, wrt=nnx.Param)
-    return nnx.Optimizer(model, tx)
-
-
-def nnx_update(optimizer: nnx.Optimizer, model: nnx.Module, grads) -> None:
-    """One optimizer step: flax 0.11 is given the model, 0.10 holds it."""
-    if len(inspect.signature(optimizer.update).parameters) >= 2:
-        optimizer.update(model, grads)
-    else:
-        optimizer.update(grads)

@@ -17,14 +17,7 @@ from flax import nnx
 
 from tandv_tb.jax import UntrackableArrayWarning, attach, track
 from tandv_tb.jax.attaching import EMPTY_NAME
-from tests.helpers.jax_models import (
-    assert_same,
-    expected,
-    mlp_batch,
-    nnx_optimizer,
-    nnx_update,
-    read_records,
-)
+from tests.helpers.jax_models import assert_same, expected, mlp_batch, read_records
 from tests.helpers.reference import assert_matches
 
 
@@ -177,7 +170,7 @@ class NnxAttached(nnx.Module):
 
 def test_nnx_attach_and_inputs_under_nnx_jit(tmp_path):
     model = NnxAttached(nnx.Rngs(0))
-    optimizer = nnx_optimizer(model, optax.sgd(0.1))
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
     x, y = mlp_batch(0)
     y = y[:, :3]
 
@@ -190,7 +183,7 @@ def test_nnx_attach_and_inputs_under_nnx_jit(tmp_path):
     @nnx.jit
     def step(model, optimizer, x, y):
         loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
-        nnx_update(optimizer, model, grads)
+        optimizer.update(model, grads)
         return loss
 
     with track(model, optimizer, logdir=str(tmp_path), track_inputs=True) as tracker:

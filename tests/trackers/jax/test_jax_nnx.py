@@ -9,16 +9,8 @@ import optax
 import pytest
 from flax import nnx
 
-from tandv_tb.jax import features, track
-from tests.helpers.jax_models import (
-    NnxMLP,
-    assert_same,
-    expected,
-    mlp_batch,
-    nnx_optimizer,
-    nnx_update,
-    read_records,
-)
+from tandv_tb.jax import track
+from tests.helpers.jax_models import NnxMLP, assert_same, expected, mlp_batch, read_records
 
 NAMES = ["first", "norm", "last", "NnxMLP"]
 
@@ -28,7 +20,7 @@ def _step(model, optimizer, x, y):
         return jnp.mean((model(x) - y[:, :3]) ** 2)
 
     loss, grads = nnx.value_and_grad(loss_fn)(model)
-    nnx_update(optimizer, model, grads)
+    optimizer.update(model, grads)
     return loss, grads
 
 
@@ -43,7 +35,7 @@ def _outputs(model, x):
 @pytest.fixture(scope="module", params=["nnx.jit", "eager"])
 def nnx_run(request, tmp_path_factory):
     model = NnxMLP(nnx.Rngs(0))
-    optimizer = nnx_optimizer(model, optax.adam(1e-2))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     step_fn = nnx.jit(_step) if request.param == "nnx.jit" else _step
     logdir = str(tmp_path_factory.mktemp("nnx"))
     seen = []
@@ -53,8 +45,7 @@ def nnx_run(request, tmp_path_factory):
             before = _outputs(nnx.clone(model), x)
             _, grads = tracker.intercept(step_fn, model, optimizer, x, y)
             tracker.step(grads=grads)  # the model and optimizer are read in place
-            opt_state = nnx.state(optimizer, features.nnx_opt_state_type(nnx))
-            seen.append((before, nnx.state(model), opt_state, grads))
+            seen.append((before, nnx.state(model), nnx.state(optimizer, nnx.OptState), grads))
     return request.param, read_records(logdir), seen
 
 
