@@ -121,8 +121,10 @@ compat-jax-floor: $(COMPAT)/constraints-frameworks.txt | $(INSTALLED)
 	TANDV_EXPECT_JAX=$(JAX_FLOOR) TANDV_EXPECT_FLAX=$(FLAX_FLOOR) \
 		$(COMPAT)/jax-$(JAX_FLOOR)/bin/python -m pytest -q -p no:cacheprovider $(COMPAT_JAX)
 
+# jax's own requirement picks its jaxlib (a jax release may come without a jaxlib of its
+# number).
 compat-jax-newest: $(COMPAT)/constraints-frameworks.txt | $(INSTALLED)
 	jax=$(call newest,jax) && flax=$(call newest,flax) && test -n "$$jax" -a -n "$$flax" && \
-	$(call compat_env,$(COMPAT)/jax-$$jax,jax==$$jax jaxlib==$$jax flax==$$flax optax) && \
+	$(call compat_env,$(COMPAT)/jax-$$jax,jax==$$jax flax==$$flax optax) && \
 	TANDV_EXPECT_JAX=$$jax TANDV_EXPECT_FLAX=$$flax $(COMPAT)/jax-$$jax/bin/python -m pytest \
 		-q -p no:cacheprovider $(COMPAT_JAX)
