@@ -48,12 +48,15 @@ def pytest_configure(config):
     (``XDG_CACHE_HOME``, inherited by the ``tensorboard`` processes the tests start).
     Without a GPU, the Triton kernels run in Triton's interpreter on CPU tensors
     (``TRITON_INTERPRET=1``, read when a kernel is defined, so set before any is)."""
+    import importlib.util
     import os
     import tempfile
 
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tandv_tb-test-cache-")
+    if importlib.util.find_spec("torch") is None:  # a JAX-only environment (make compat)
+        return
     import torch
 
-    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tandv_tb-test-cache-")
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -16,10 +16,10 @@ from typing import Protocol
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import get_opaque_trace_state
 
 from tandv_tb.event_files.metadata import MODULE_INPUT_TYPES, MODULE_OUTPUT_TYPES
 from tandv_tb.jax import array_stats
+from tandv_tb.jax.features import get_opaque_trace_state
 from tandv_tb.jax.probe import probe
 from tandv_tb.jax.skips import Verdict, untrackable
 from tandv_tb.stats.engine import Pending

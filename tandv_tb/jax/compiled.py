@@ -19,6 +19,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from tandv_tb.jax import features
 from tandv_tb.jax.collector import Collector, Slot
 from tandv_tb.jax.interception import run_intercepted
 
@@ -99,7 +100,7 @@ def unwrap(fn: object) -> Unwrapped | None:
     if info is not None and callable(getattr(fn, "__wrapped__", None)):
         return Unwrapped("jax", fn.__wrapped__, _jax_options(info))
     if type(fn).__name__ in ("JitWrapped", "SimpleJitWrapped") and hasattr(fn, "jitted_fn"):
-        return Unwrapped("nnx", fn.fun, _nnx_options(fn))
+        return Unwrapped("nnx", features.nnx_jitted_function(fn), _nnx_options(fn))
     return None
 
 
@@ -145,7 +146,7 @@ class TrackedFunction:
         if unwrapped.flavour == "nnx":
             from flax import nnx
 
-            self._jitted = nnx.jit(traced, **unwrapped.options)
+            self._jitted = nnx.jit(traced, **features.nnx_jit_options(nnx, unwrapped.options))
         else:
             self._jitted = jax.jit(traced, **unwrapped.options)
 

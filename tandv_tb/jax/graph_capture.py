@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from tandv_tb.event_files.graph_record import ModelGraph, TensorSpec
-from tandv_tb.jax import nnx_modules
+from tandv_tb.jax import features, nnx_modules
 from tandv_tb.tracking.graph_builder import CallGraph, warn_capture
 
 _NONE: frozenset[str] = frozenset()
@@ -84,7 +84,11 @@ def _plain(value: object) -> bool:
 def _own_parameters(module: object) -> Iterator[dict]:
     nnx = nnx_modules.nnx_module()
     if nnx is not None and isinstance(module, nnx.Module):
-        params = {k: v.get_value() for k, v in vars(module).items() if isinstance(v, nnx.Param)}
+        params = {
+            k: features.nnx_variable_value(v)
+            for k, v in vars(module).items()
+            if isinstance(v, nnx.Param)
+        }
     else:  # linen: the module's scope, its children's parameters nested in it
         try:
             params = module.variables.get("params", {})

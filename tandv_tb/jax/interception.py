@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+import jax
+
 from tandv_tb.jax import attaching, linen, nnx_modules
 from tandv_tb.jax.collector import Collector
 
@@ -22,6 +24,20 @@ def intercepting(collector: Collector, args: tuple, kwargs: dict) -> Iterator[No
     ):
         yield
     collector.finish()
+
+
+def refuse_traced(args: tuple, kwargs: dict) -> None:
+    """Raise a ``RuntimeError`` saying where ``intercept`` goes when it is given arrays of a
+    trace (called inside a function that ``jax.jit`` or another transformation traces):
+    what it records must reach the host at ``step()``, which values of a trace cannot."""
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        raise RuntimeError(
+            "tandv_tb: tracker.intercept was called inside a function that jax.jit (or "
+            "another jax transformation) is tracing; call it outside, on the jitted "
+            "function itself: tracker.intercept(train_step, params, opt_state, batch) with "
+            "train_step = jax.jit(...); it compiles a tracked version of it once"
+        )
 
 
 def run_intercepted(collector: Collector, fn: Callable, args: tuple, kwargs: dict) -> object:

@@ -13,7 +13,7 @@ import functools
 import threading
 from collections.abc import Iterable, Iterator
 
-from tandv_tb.jax import attaching
+from tandv_tb.jax import attaching, features
 from tandv_tb.jax.collector import Collector
 
 _lock = threading.Lock()
@@ -32,13 +32,13 @@ def nnx_module():
 
 def is_nnx_object(value: object) -> bool:
     nnx = nnx_module()
-    return nnx is not None and isinstance(value, nnx.Pytree)
+    return nnx is not None and isinstance(value, features.nnx_object_type(nnx))
 
 
 def state_tree(value: object, optimizer: bool = False) -> object:
     """The state pytree of an NNX module or optimizer; anything else as it is."""
     nnx = nnx_module()
-    if nnx is None or not isinstance(value, nnx.Pytree):
+    if nnx is None or not isinstance(value, features.nnx_object_type(nnx)):
         return value
     if optimizer and isinstance(value, nnx.Optimizer):
         return nnx.state(value, nnx.OptState)
@@ -54,7 +54,7 @@ def module_types(root: object) -> dict[str, str]:
 
 
 def _walk(root: object):
-    return nnx_module().iter_modules(root)
+    return features.nnx_iter_modules(nnx_module(), root)
 
 
 def _path_name(path: tuple, module: object) -> str:

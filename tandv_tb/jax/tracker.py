@@ -17,7 +17,7 @@ from tandv_tb.jax import array_stats, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
 from tandv_tb.jax.graph_capture import FunctionGraph
-from tandv_tb.jax.interception import run_intercepted
+from tandv_tb.jax.interception import refuse_traced, run_intercepted
 from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
@@ -82,6 +82,7 @@ class Tracker(TrackerBase):
         self._check_open()
         if not callable(fn):
             raise TypeError(f"intercept needs a function, got {type(fn).__name__}")
+        refuse_traced(args, kwargs)
         outputs = self._intercepted(fn, args, kwargs)
         if self._policy.stops_before_update and self._stopped is None:
             self._stop_if_nonfinite()

@@ -35,6 +35,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from tandv_tb import versions
 from tandv_tb.formats import info
 from tandv_tb.formats.kernel_tables import BLOCK_ROW, THRESHOLD_ROW, block_table, threshold_bits
 from tandv_tb.stats import _cpu_kernel
@@ -187,10 +188,25 @@ def ready() -> bool:
     and the caller keeps the array kernel)."""
     try:
         _register()
+    except _OlderFfi:
+        versions.lacking(
+            f"the CPU kernel inside jax.jit (XLA's FFI API {_API_MAJOR}.{_API_MINOR})",
+            f"jaxlib {_FFI_JAXLIB}",
+            "the array kernel runs there instead: the same numbers, slower",
+        )
+        return False
     except Exception as error:  # a jax without this FFI API, for one
         _warn_once(f"{type(error).__name__}: {error}")
         return False
     return True
+
+
+class _OlderFfi(Exception):
+    """jaxlib's FFI API is older than the handler's (``_API_MINOR``)."""
+
+
+#: The first jaxlib whose FFI API is ``_API_MAJOR``.``_API_MINOR`` (0.9 has 0.2).
+_FFI_JAXLIB = "0.10"
 
 
 @functools.cache
@@ -215,6 +231,9 @@ def _register() -> None:
     major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", header)
     if major is None or int(major.group(1)) != _API_MAJOR:
         raise RuntimeError(f"XLA FFI API major version {major and major.group(1)}, not 0")
+    minor = re.search(r"#define XLA_FFI_API_MINOR (\d+)", header)
+    if minor is not None and int(minor.group(1)) < _API_MINOR:
+        raise _OlderFfi(minor.group(1))
     new_capsule = ctypes.pythonapi.PyCapsule_New
     new_capsule.restype = ctypes.py_object
     new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)

@@ -16,6 +16,8 @@ models), ``naming`` and ``skips``. What the JAX tracker shares is in
 ``tandv_tb.tracking``.
 """
 
+# First: torch below the floor stops here with an ImportError naming both versions.
+from tandv_tb.torch import features  # noqa: F401
 from tandv_tb.torch.attaching import attach
 from tandv_tb.torch.compiled import CompiledBeforeTrackWarning
 from tandv_tb.torch.skips import UntrackableTensorWarning

@@ -34,19 +34,12 @@ import torch
 from torch import nn
 
 from tandv_tb.event_files.metadata import MODULE_INPUT_TYPES, MODULE_OUTPUT_TYPES
-from tandv_tb.torch import naming
+from tandv_tb.torch import features, naming
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.step_tensors import StepTensors
 from tandv_tb.tracking.orders import Orders
-
-#: Whether dynamo traces the tracker's hooks into compiled graphs. Tested on torch 2.13;
-#: torch 2.11's dynamo stops with an internal error on them (a CUDA machine's run of
-#: ``.ci/gpu-checks``), so before 2.13 compiled code hands nothing over: the hooks do
-#: nothing while dynamo traces, the compiled modules' activations and gradients are not
-#: recorded (``track`` says so), and training is never stopped.
-HOOKS_IN_GRAPH = torch.__version__ >= "2.13"
 
 #: What a tracker does with a tensor handed over by the graph:
 #: ``receiver(name, tensor_type, module_type, tensor)``.
@@ -81,8 +74,12 @@ def _observe_fake(tensor, key, name, tensor_type, module_type) -> None:
     return None
 
 
-# An ordered effect: kept although it returns nothing, and run in program order.
-observe.register_effect(torch.library.EffectType.ORDERED)
+#: Whether dynamo traces the tracker's hooks into compiled graphs (``features``: an ordered
+#: effect keeps ``observe``, kept although it returns nothing, in program order). Where not,
+#: compiled code hands nothing over: the hooks do nothing while dynamo traces, the compiled
+#: modules' activations and gradients are not recorded (said once), and training is never
+#: stopped.
+HOOKS_IN_GRAPH = features.hooks_in_graph(features.register_ordered_effect(observe))
 
 
 class _HandGradientOver(torch.autograd.Function):
@@ -167,13 +164,7 @@ class CompiledTracking:
         if is_compiled(module):  # its compiled code would not see the hooks put on later
             drop_compiled_code()
             if not HOOKS_IN_GRAPH:
-                warnings.warn(
-                    f"tandv_tb: with torch {torch.__version__} (before 2.13) the compiled "
-                    "modules' activations and gradients are not recorded; the weights, "
-                    "their gradients and the optimizer state are",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
+                features.compiled_tracking_lacking()
         self._tensors = tensors
         self._orders = orders
         self._recorder = recorder
@@ -237,6 +228,9 @@ class CompiledTracking:
         with_gradients.update(p.name for p, _, _ in self._parameters.gradients(selected))
         owners = {name.rpartition(".")[0] for name in with_gradients}
         if not any(owner and selected(owner) for owner in owners):
+            return
+        if not HOOKS_IN_GRAPH:  # compiled code hands nothing over on this torch
+            features.compiled_tracking_lacking()
             return
         warnings.warn(
             f"tandv_tb: the model's compiled code was built before track() hooked it, so step "

@@ -372,7 +372,7 @@ def track(
     and NaN, +Inf and -Inf counts in execution order (outputs in forward order, gradients
     in backward order, then weight gradients, weights and optimizer state), and the next
     step is tracked in full whatever ``every`` says (once per stretch of non-finite
-    steps). Compiled by a torch older than 2.13, untracked steps check only what
+    steps). Compiled by a torch older than 2.12, untracked steps check only what
     ``step()`` reads (the graph hands nothing over).
 
     ``step()`` returns the step's ``tandv_tb.StepReport`` (NaN/Inf seen or not, the first

@@ -31,7 +31,6 @@ from tensorboard.backend.event_processing import (
 )
 from tensorboard.data import server_ingester
 from tensorboard.plugins import base_plugin
-from torch.utils.tensorboard import SummaryWriter
 from werkzeug.datastructures import MultiDict
 from werkzeug.test import Client
 
@@ -149,6 +148,8 @@ def write_logdir(root: Path, steps: int = 40, seed: int = 0) -> Layout:
     """Two runs (``alpha`` with scalars written by a PyTorch SummaryWriter into the same
     file, ``nested/beta``), every type of ``TYPES``, sampled steps, empty and non-finite
     records."""
+    from torch.utils.tensorboard import SummaryWriter  # here: the JAX-only environments lack it
+
     rng = np.random.default_rng(seed)
     layout = Layout({}, {name: f"Module{i}" for i, name in enumerate(LAYERS)})
     for run in ("alpha", "nested/beta"):

@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 
 import tandv_tb.torch.attaching as attach_module
 from tandv_tb.torch import UntrackableTensorWarning, attach, track
+from tandv_tb.torch.compiled import HOOKS_IN_GRAPH
 from tests.helpers.torch_models import assert_same, expected, read_records
 
 
@@ -155,6 +156,9 @@ def read_records_of(net: nn.Module, logdir) -> dict:
     return read_records(str(logdir))
 
 
+@pytest.mark.skipif(
+    not HOOKS_IN_GRAPH, reason="this torch predates compiled tracking (test_framework_features.py)"
+)
 def test_attach_in_a_compiled_model_gives_the_eager_records(tmp_path):
     torch._dynamo.reset()
     eager = read_records_of(model(), tmp_path / "eager")

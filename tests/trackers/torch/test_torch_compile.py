@@ -19,8 +19,9 @@ from torch import nn
 from torch._dynamo.utils import counters
 from torch.utils.checkpoint import checkpoint
 
+from tandv_tb import versions
 from tandv_tb.event_files.nonfinite import NonfiniteEntry, read_nonfinite
-from tandv_tb.torch import CompiledBeforeTrackWarning, attach, compiled, track
+from tandv_tb.torch import CompiledBeforeTrackWarning, attach, compiled, features, track
 from tests.helpers.compiled_training import (
     INSIDE,
     NanoGPT,
@@ -461,15 +462,17 @@ def test_a_checkpointed_block_compiled_records_once_as_eagerly(tmp_path):
         assert_same(records["compiled"][key].record, stored.record, rtol=1e-5)
 
 
-def test_before_torch_2_13_compiled_code_hands_nothing_over_and_training_goes_on(
+def test_before_torch_2_12_compiled_code_hands_nothing_over_and_training_goes_on(
     monkeypatch, tmp_path
 ):
-    """torch before 2.13 (``HOOKS_IN_GRAPH`` false: 2.11's dynamo stops on the hooks): the
+    """torch before 2.12 (``HOOKS_IN_GRAPH`` false: 2.11's dynamo stops on the hooks): the
     hooks do nothing while dynamo traces, training is unchanged with no graph break, the
     weights, gradients and optimizer state are recorded, and ``track`` says what is not."""
     monkeypatch.setattr(compiled, "HOOKS_IN_GRAPH", False)
+    monkeypatch.setattr(versions, "_said", set())  # said once per process: anew here
     with one_thread():
-        with pytest.warns(RuntimeWarning, match="before 2.13"):
+        needs = f"needs torch {features.COMPILED_TRACKING}"
+        with pytest.warns(versions.NewerReleaseWarning, match=needs):
             got = train_nanogpt(compiled_nanogpt(), 3, logdir=str(tmp_path), every=1)
         want = train_nanogpt(compiled_nanogpt(), 3)
     assert_same_training(got, want)

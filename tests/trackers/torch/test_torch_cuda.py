@@ -87,7 +87,7 @@ def test_the_records_on_cuda_carry_the_eager_tags_and_every_format(trained):
     eager = tags(root / "eager" / "every1")
     assert {t for _, t in eager} == ADAM_TYPES
     recorded = eager - INSIDE
-    if not HOOKS_IN_GRAPH:  # before torch 2.13 compiled modules hand nothing over (a warning)
+    if not HOOKS_IN_GRAPH:  # before torch 2.12 compiled modules hand nothing over (a warning)
         recorded = {(name, t) for name, t in recorded if t not in ("Activation", "Gradient")}
     assert tags(root / "compiled" / "every1") == recorded
     records = read_records(str(root / "compiled" / "every1"))
