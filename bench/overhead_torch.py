@@ -90,6 +90,18 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, vocab: int = 
     optimizer.step()
 
 
+def warm_model() -> tuple[nn.Module, torch.optim.Optimizer, Callable[[], None]]:
+    """The reference model and its optimizer after three plain steps, and its step."""
+    model, optimizer = make_model()
+
+    def train() -> None:
+        train_step(model, optimizer)
+
+    for _ in range(3):
+        train()
+    return model, optimizer, train
+
+
 def timed(step: Callable[[], None], steps: int) -> list[float]:
     """Seconds per step, for ``steps`` steps."""
     times = []
@@ -135,17 +147,12 @@ def overhead(rounds: int, steps: int, variants: tuple[str, ...] = VARIANTS) -> d
     """Median step time of each variant, run in interleaved rounds (so that a machine
     whose load drifts slows every variant alike); ``every=10`` is timed over whole
     windows of 10 steps, one of them tracked."""
-    model, optimizer = make_model()
+    model, optimizer, train = warm_model()
     times: dict[str, list[float]] = {name: [] for name in variants}
-
-    def train() -> None:
-        train_step(model, optimizer)
 
     def tracked(run: str, **options):
         return track(model, logdir=run, optimizer=optimizer, **options)
 
-    for _ in range(3):
-        train()
     with tempfile.TemporaryDirectory() as logdir:
         for round_ in range(rounds):
             times["plain"] += timed(train, steps)
@@ -169,16 +176,10 @@ def overhead(rounds: int, steps: int, variants: tuple[str, ...] = VARIANTS) -> d
 def raise_overhead(rounds: int, steps: int) -> dict[str, float]:
     """Median step time of plain training and of ``every=10`` windows and untracked steps
     under ``on_nonfinite="record"`` and ``"raise"``, in interleaved rounds."""
-    model, optimizer = make_model()
+    model, optimizer, train = warm_model()
     policies = ("record", "raise")
     names = ["plain"] + [f"{what}, {p}" for what in ("every=10", "untracked") for p in policies]
     times: dict[str, list[float]] = {name: [] for name in names}
-
-    def train() -> None:
-        train_step(model, optimizer)
-
-    for _ in range(3):
-        train()
     with tempfile.TemporaryDirectory() as logdir:
         for round_ in range(rounds):
             times["plain"] += timed(train, steps)
@@ -200,19 +201,13 @@ def blocks_overhead(
 ) -> dict[str, tuple[float, float]]:
     """Median (wall, process CPU) seconds a step of plain training, of tracking every step
     and of tracking every step with block ``formats``, the three taking turns in rounds."""
-    model, optimizer = make_model()
+    model, optimizer, train = warm_model()
     kinds = {
         "plain": None,
         "track every step": (),
         f"track every step, {'+'.join(formats)}": formats,
     }
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in kinds}
-
-    def train() -> None:
-        train_step(model, optimizer)
-
-    for _ in range(3):
-        train()
     with tempfile.TemporaryDirectory() as logdir:
         for round_ in range(rounds):
             for name, chosen in kinds.items():
