@@ -54,9 +54,11 @@ def unsharded(logdir):
 
 
 def same_as_unsharded(records, held, one_device):
-    # Names, tensor types, steps and numel equal to the run on one device; counts exact
-    # where the values (held: outputs and cotangents) are the same, else rm2 within 1e-4.
-    # Returns how many held the same values.
+    # Names, tensor types, steps and numel equal to the run on one device; counts, bins and
+    # extremes exact where the values (held: outputs and cotangents) are the same, and the
+    # moments within 1e-6 (a few float32 ulps: the sharded program adds its shards' partial
+    # sums in another order, which moved rm8 by one ulp on a 2-core Xeon, 2026-12-07);
+    # else rm2 within 1e-4. Returns how many held the same values.
     theirs, outputs, cotangents = one_device
     assert sorted(records) == sorted(theirs)
     same = 0
@@ -69,7 +71,7 @@ def same_as_unsharded(records, held, one_device):
             np.array_equal(a, b) for a, b in zip(arrays[name], held[tensor_type][name])
         ):
             same += 1
-            assert_same(stored.record, reference, rtol=0)
+            assert_same(stored.record, reference, rtol=1e-6)
         else:
             rm2 = reference.statistics["rm2"]
             np.testing.assert_allclose(stored.record.statistics["rm2"], rm2, rtol=1e-4)
