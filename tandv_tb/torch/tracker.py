@@ -94,7 +94,7 @@ class Tracker(TrackerBase):
         self._stopped: StepReport | None = None  # the step ended when training was stopped
         optimizer = options.optimizer
         self._optimizer_hook = None
-        if optimizer is not None and self._track_weights:
+        if optimizer is not None and (self._track_weights or self._policy.stops_before_update):
             stepping = _stepping_optimizer(optimizer)
             self._optimizer_hook = stepping.register_step_pre_hook(self._on_optimizer_step)
         self._take_tensors()
@@ -225,8 +225,10 @@ class Tracker(TrackerBase):
         ``on_nonfinite="raise"`` stop before it uses them where the step holds NaN/Inf."""
         if self._stopped is not None:  # the trainer stopped this step: nothing to take
             return
-        self._tensors.take_parameters(self._parameters, self._parameters.gradients(self._selected))
-        self._gradients_read = True
+        if self._track_weights:
+            gradients = self._parameters.gradients(self._selected)
+            self._tensors.take_parameters(self._parameters, gradients)
+            self._gradients_read = True
         self.stop_if_nonfinite()
 
     def _parameter_tensors(self):

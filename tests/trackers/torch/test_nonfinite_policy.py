@@ -113,6 +113,15 @@ def test_raise_stops_before_the_update(tmp_path, monkeypatch, every, kernel):
     assert "training was stopped" in first.message
 
 
+def test_raise_stops_before_the_update_without_tracking_weights(tmp_path):
+    """The optimizer's step is where the counts are read even when it reads no gradients."""
+    _, _, before, after, error = _train(
+        tmp_path, every=10, track_weights=False, on_nonfinite="raise"
+    )
+    assert error is not None and (error.report.step, error.report.name) == (7, "hidden")
+    assert _bitwise_equal(before, after)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("every", [1, 10], ids=["tracked", "untracked"])
 def test_raise_stops_a_compiled_model_before_the_update(tmp_path, every):
