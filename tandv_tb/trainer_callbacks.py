@@ -12,7 +12,6 @@ import tempfile
 import warnings
 from typing import Any
 
-import torch
 from torch import nn
 
 from tandv_tb.torch import Tracker, is_tracked, track
@@ -82,16 +81,6 @@ def stopped_before_update(tracker: Tracker | None, optimizer: Any) -> NonFiniteE
     try:
         tracker.stop_if_nonfinite()
     except NonFiniteError as error:
-        for group in _torch_optimizer(optimizer).param_groups:
-            for parameter in group["params"]:
-                parameter.grad = None
+        optimizer.zero_grad(set_to_none=True)  # Accelerate's wrapper passes it on
         return error
     return None
-
-
-def _torch_optimizer(optimizer: Any) -> torch.optim.Optimizer:
-    """The ``torch.optim.Optimizer`` a trainer's wrapper holds (Lightning's and
-    Accelerate's keep it in ``.optimizer``)."""
-    while not isinstance(optimizer, torch.optim.Optimizer):
-        optimizer = optimizer.optimizer
-    return optimizer

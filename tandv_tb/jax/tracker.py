@@ -22,7 +22,7 @@ from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
 from tandv_tb.jax.step_results import Item, StepResults
 from tandv_tb.jax.watch import WatchCollector, WatchResults, output_counts
-from tandv_tb.tracking.nonfinite_policy import NonfinitePolicy, StepReport
+from tandv_tb.tracking.nonfinite_policy import StepReport
 from tandv_tb.tracking.options import TrackOptions
 from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
@@ -65,8 +65,6 @@ class Tracker(TrackerBase):
         self._results = StepResults()
         self._watch = WatchResults() if options.watch_nonfinite else None
         self._graph = FunctionGraph()
-        self._policy = NonfinitePolicy(options.on_nonfinite)
-        self._stopped: StepReport | None = None  # the step ended when training was stopped
 
     def intercept(self, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)``, recording the output of every Flax module called in it
@@ -173,7 +171,7 @@ class Tracker(TrackerBase):
         self._check_open()
         step = self._step
         if self._stopped is not None:
-            report, self._stopped = self._stopped, None
+            report = self._take_stopped()
             self._discard_pending()  # what was taken since the stop
             if self._watch is not None:
                 self._watch = WatchResults()
@@ -187,11 +185,7 @@ class Tracker(TrackerBase):
         else:
             found = []
         self._advance(step + 1, bool(found))
-        report = StepReport.of(step, found, checked=self._watch is not None)
-        if report.nonfinite and self._policy.acts:
-            self.flush()  # what the policy does next (a raise) loses nothing written
-            self._policy.act(report)
-        return report
+        return self._ended(step, found)
 
     def _stop_if_nonfinite(self) -> None:
         """Under ``on_nonfinite="raise"``, at the end of an ``intercept``: where the
@@ -208,11 +202,8 @@ class Tracker(TrackerBase):
             found = self._watch.drain(keep_outputs=True)
             if found and self._writer is not None:
                 self._writer.add_nonfinite(self._step, found, stopped=True)
-        if not found:
-            return
-        self._stopped = report = StepReport.of(self._step, found)
-        self.flush()
-        self._policy.act(report)  # raises NonFiniteError
+        if found:
+            self._stop(found)  # raises NonFiniteError
 
     def _watched_step(self, model_state: object, optimizer_state: object, grads: object) -> list:
         """End an untracked step with the watch; the NaN/Inf it found."""

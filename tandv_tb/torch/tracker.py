@@ -27,7 +27,7 @@ from tandv_tb.torch.recorder import Recorder
 from tandv_tb.torch.skips import UntrackableTensorWarning
 from tandv_tb.torch.step_tensors import StepTensors
 from tandv_tb.torch.watch import Watch
-from tandv_tb.tracking.nonfinite_policy import NonfinitePolicy, StepReport
+from tandv_tb.tracking.nonfinite_policy import StepReport
 from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
 from tandv_tb.tracking.skip_log import SkipLog
@@ -90,8 +90,6 @@ class Tracker(TrackerBase):
         )
         self._gradients_read = False  # whether this step's weight gradients were read
         self._ranks_lost = False  # whether a collective failed: the tracker stopped
-        self._policy = NonfinitePolicy(options.on_nonfinite)
-        self._stopped: StepReport | None = None  # the step ended when training was stopped
         optimizer = options.optimizer
         self._optimizer_hook = None
         if optimizer is not None and (self._track_weights or self._policy.stops_before_update):
@@ -144,11 +142,7 @@ class Tracker(TrackerBase):
         self._gradients_read = False
         self._advance(next_step, tripped)
         self._take_tensors()
-        report = StepReport.of(step, found, checked=self._watch is not None)
-        if report.nonfinite and self._policy.acts:
-            self.flush()  # what the policy does next (a raise) loses nothing written
-            self._policy.act(report)
-        return report
+        return self._ended(step, found)
 
     def stop_if_nonfinite(self) -> StepReport | None:
         """Under ``on_nonfinite="raise"``: read the current step's NaN/Inf counts so far (one
@@ -178,10 +172,7 @@ class Tracker(TrackerBase):
             self._ranks_lost = True
             self._end(keep_pending=False)
             return None
-        self._stopped = report = StepReport.of(self._step, found)
-        self.flush()
-        self._policy.act(report)  # raises NonFiniteError
-        return report
+        self._stop(found)  # raises NonFiniteError
 
     def _found_so_far(self) -> list:
         """The NaN/Inf entries of the current step so far, read now. On a tracked step the
@@ -199,7 +190,7 @@ class Tracker(TrackerBase):
     def _after_stop(self, next_step: int) -> StepReport:
         """``step()`` after a ``NonFiniteError``: the stopped step is written already; what
         was taken since is dropped, and the next step is tracked (as after NaN/Inf)."""
-        report, self._stopped = self._stopped, None
+        report = self._take_stopped()
         self._recorder.drain()
         if self._watch is not None:
             self._watch.drain()

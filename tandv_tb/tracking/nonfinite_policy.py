@@ -148,7 +148,7 @@ class NonfinitePolicy:
         if self._policy == "warn":
             if not self._warned:
                 self._warned = True
-                warnings.warn(f"tandv_tb: {report}", NonFiniteWarning, stacklevel=3)
+                warnings.warn(f"tandv_tb: {report}", NonFiniteWarning, stacklevel=4)
         elif self._policy == "raise":
             raise NonFiniteError(report)
         elif callable(self._policy):

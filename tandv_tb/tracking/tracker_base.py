@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from tandv_tb.tracking.nonfinite_policy import NonfinitePolicy, StepReport
 from tandv_tb.tracking.options import TrackOptions, default_logdir
 from tandv_tb.writer import NumericsWriter
 
@@ -18,6 +19,9 @@ def is_tracked_step(step: int, every: int) -> bool:
 class TrackerBase:
     """A tracker's step counter, its cadence (steps ``init_step`` + 0, ``every``, ...; and
     the step after the first of a stretch of steps holding NaN/Inf) and its writer.
+
+    It also holds what ``on_nonfinite`` does with a step's report: ``_ended`` (at
+    ``step()``) and ``_stop`` (under ``"raise"``, before the optimizer's update).
 
     Subclasses end a step with ``_advance`` and say what ``close`` does with a step not
     ended by ``step()`` (``_pending``, ``_write_pending``, ``_discard_pending``) and how
@@ -32,6 +36,8 @@ class TrackerBase:
         self._tripped = False  # whether the watch found NaN/Inf in the last step
         self._writer: NumericsWriter | None = None
         self._closed = False
+        self._policy = NonfinitePolicy(options.on_nonfinite)
+        self._stopped: StepReport | None = None  # the step ended when training was stopped
 
     def _open_writer(self, subdirectory: str | None = None) -> None:
         """Write into the user's writer, or into ``logdir`` (default ``runs/<date>_<host>``)
@@ -70,6 +76,27 @@ class TrackerBase:
         self._step = next_step
         self._tripped = tripped
         self._active = onset or is_tracked_step(next_step, self._every)
+
+    def _ended(self, step: int, found: list) -> StepReport:
+        """The report of ``step``, just ended with the NaN/Inf ``found``, acted on by the
+        policy (after a flush: what it does next, a raise, loses nothing written)."""
+        report = StepReport.of(step, found, checked=self._options.watch_nonfinite)
+        if report.nonfinite and self._policy.acts:
+            self.flush()
+            self._policy.act(report)
+        return report
+
+    def _stop(self, found: list) -> None:
+        """Training stops at the current step, written already with the NaN/Inf ``found``:
+        flush, keep its report for the next ``step()`` and raise ``NonFiniteError``."""
+        self._stopped = report = StepReport.of(self._step, found)
+        self.flush()
+        self._policy.act(report)
+
+    def _take_stopped(self) -> StepReport | None:
+        """The report of the step training stopped at, if ``step()`` now ends it."""
+        report, self._stopped = self._stopped, None
+        return report
 
     def flush(self) -> None:
         """Write everything recorded so far to disk."""
