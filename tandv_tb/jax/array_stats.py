@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import jax
 from jax.sharding import PartitionSpec
 
-from tandv_tb.formats import canonical_name
 from tandv_tb.stats import engine, jax_kernel
 from tandv_tb.stats.engine import Pending
 
@@ -64,21 +63,12 @@ def start(arrays: Sequence[jax.Array], formats: tuple[str, ...]) -> list[Pending
             pending[i] = engine.compute(x, formats)
     if on_device:
         results = _device_program(formats)([arrays[i] for i in on_device])
-        for i, (dtype, counts, moments) in zip(on_device, results):
-            pending[i] = Pending(dtype, formats, counts=counts, moments=moments)
+        for i, started in zip(on_device, results):
+            pending[i] = started
     return pending
 
 
 @functools.cache
 def _device_program(formats: tuple[str, ...]):
-    def statistics(arrays):
-        started = [in_program(x, formats) for x in arrays]
-        return [(p.counts, p.moments) for p in started]
-
-    program = jax.jit(statistics)
-
-    def run(arrays):
-        dtypes = [canonical_name(x.dtype) for x in arrays]
-        return [(d, c, m) for d, (c, m) in zip(dtypes, program(arrays))]
-
-    return run
+    """One jitted program giving the engine's ``Pending`` of every array it is given."""
+    return jax.jit(lambda arrays: [in_program(x, formats) for x in arrays])

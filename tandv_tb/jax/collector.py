@@ -22,7 +22,7 @@ from tandv_tb.jax import array_stats
 from tandv_tb.jax.features import get_opaque_trace_state
 from tandv_tb.jax.probe import probe
 from tandv_tb.jax.skips import Verdict, untrackable
-from tandv_tb.stats.engine import Pending
+from tandv_tb.stats.engine import Pending, Slot
 from tandv_tb.tracking.leaf_names import map_leaves
 from tandv_tb.tracking.skip_log import SkipLog
 
@@ -58,19 +58,6 @@ class Config:
     gradients: bool
     skips: SkipLog
     inputs: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Slot:
-    """One recorded value's place in a packed result."""
-
-    name: str
-    tensor_type: str
-    module_type: str
-    dtype: str
-    formats: tuple[str, ...]
-    n_counts: int
-    n_moments: int
 
 
 class Collector:
@@ -204,9 +191,7 @@ class Collector:
         for name, tensor_type, module_type, pending in self.entries:
             slots.append(
                 Slot(
-                    name,
-                    tensor_type,
-                    module_type,
+                    (name, tensor_type, module_type),
                     pending.dtype,
                     pending.formats,
                     pending.counts.shape[0],

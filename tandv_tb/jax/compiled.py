@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 
 from tandv_tb.jax import features
-from tandv_tb.jax.collector import Collector, Slot
+from tandv_tb.jax.collector import Collector
 from tandv_tb.jax.interception import run_intercepted
+from tandv_tb.stats.engine import Packed, Slot
 
 
 class UnsupportedJit(Exception):
@@ -104,22 +105,11 @@ def unwrap(fn: object) -> Unwrapped | None:
     return None
 
 
-@dataclasses.dataclass
-class Packed:
-    """One tracked call's statistics, still on the device: ``layout`` picks the slots."""
-
-    layouts: list[list[Slot]]
-    layout: jax.Array
-    counts: jax.Array
-    moments: jax.Array
-    output_counts: jax.Array | None = None  # ``count_outputs`` of the call's outputs
-
-
 class TrackedFunction:
-    """``unwrapped`` compiled with interception; calls return ``(outputs, Packed)``.
-
-    ``count_outputs`` (traced on the outputs) adds its result to the program's, as
-    ``Packed.output_counts``.
+    """``unwrapped`` compiled with interception; calls return ``(outputs, Packed,
+    output_counts)``: the statistics of what the collector recorded (``stats.Packed``,
+    labelled ``(name, tensor type, module type)``), and what ``count_outputs`` (traced on
+    the outputs, where given) returned (else None).
     """
 
     def __init__(
@@ -150,6 +140,6 @@ class TrackedFunction:
         else:
             self._jitted = jax.jit(traced, **unwrapped.options)
 
-    def __call__(self, *args, **kwargs) -> tuple[object, Packed]:
+    def __call__(self, *args, **kwargs) -> tuple[object, Packed, jax.Array | None]:
         outputs, (layout, counts, moments, extra) = self._jitted(*args, **kwargs)
-        return outputs, Packed(self._layouts, layout, counts, moments, extra)
+        return outputs, Packed(self._layouts, layout, counts, moments), extra

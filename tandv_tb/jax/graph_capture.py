@@ -25,7 +25,7 @@ its first tracked pass (its trace, when jitted), and writes it once (``tracker.s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -33,6 +33,7 @@ import numpy as np
 from tandv_tb.event_files.graph_record import ModelGraph, TensorSpec
 from tandv_tb.jax import features, nnx_modules
 from tandv_tb.tracking.graph_builder import CallGraph, warn_capture
+from tandv_tb.tracking.step_buffer import Entry
 
 _NONE: frozenset[str] = frozenset()
 _SKIPPED_FIELDS = {"parent", "name"}  # a linen module's place, not its configuration
@@ -196,7 +197,7 @@ class GraphRecording:
 
 class FunctionGraph:
     """Which pass records the graph: of the first function intercepted on a tracked step,
-    its first tracked pass that records one; then it is written once (``take``)."""
+    its first tracked pass that records one; then it is written once (``end_step``)."""
 
     def __init__(self) -> None:
         self._function: object = None
@@ -226,7 +227,7 @@ class FunctionGraph:
         if graph is not None:
             self._graph, self._done = graph, True
 
-    def take(self) -> ModelGraph | None:
-        """The graph recorded and not yet written."""
+    def end_step(self, entries: Sequence[Entry]) -> ModelGraph | None:
+        """A tracked step ends: the graph recorded and not yet written."""
         graph, self._graph = self._graph, None
         return graph

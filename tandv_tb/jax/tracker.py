@@ -7,12 +7,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 
-from tandv_tb.event_files.metadata import (
-    MODULE_CALL_TYPES,
-    MODULE_INPUT_TYPES,
-    OPTIMISER_STATE_PREFIX,
-)
-from tandv_tb.event_files.nonfinite_record import entries_from_stats
+from tandv_tb.event_files.metadata import OPTIMISER_STATE_PREFIX
 from tandv_tb.jax import array_stats, nnx_modules, trees
 from tandv_tb.jax.collector import Collector, Config
 from tandv_tb.jax.compiled import TrackedFunction, UnsupportedJit, unwrap
@@ -20,15 +15,12 @@ from tandv_tb.jax.graph_capture import FunctionGraph
 from tandv_tb.jax.interception import refuse_traced, run_intercepted
 from tandv_tb.jax.leaf_plan import LeafPlans
 from tandv_tb.jax.skips import UntrackableArrayWarning, Verdict, untrackable
-from tandv_tb.jax.step_results import Item, StepResults
 from tandv_tb.jax.watch import WatchCollector, WatchResults, output_counts
 from tandv_tb.tracking.nonfinite_policy import StepReport
 from tandv_tb.tracking.options import TrackOptions
-from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
 from tandv_tb.tracking.skip_log import SkipLog
 from tandv_tb.tracking.tracker_base import TrackerBase
-from tandv_tb.writer import RecordItem
 
 _GIVEN = object()  # a pytree was given to track()
 
@@ -60,9 +52,7 @@ class Tracker(TrackerBase):
         self._optimizer_state = _kept(optimizer_state)
         self._module_types: dict[str, str] = nnx_modules.module_types(model_state)
         self._leaf_plans = LeafPlans(self._choose)
-        self._orders = Orders()
         self._functions: dict[tuple[str, int, bool], tuple[Callable, dict, TrackedFunction]] = {}
-        self._results = StepResults()
         self._watch = WatchResults() if options.watch_nonfinite else None
         self._graph = FunctionGraph()
 
@@ -83,7 +73,7 @@ class Tracker(TrackerBase):
         refuse_traced(args, kwargs)
         outputs = self._intercepted(fn, args, kwargs)
         if self._policy.stops_before_update and self._stopped is None:
-            self._stop_if_nonfinite()
+            self._stop_if_nonfinite()  # raises NonFiniteError where it finds NaN/Inf
         return outputs
 
     def _intercepted(self, fn: Callable, args: tuple, kwargs: dict):
@@ -96,11 +86,11 @@ class Tracker(TrackerBase):
         if compiled is fn:
             return fn(*args, **kwargs)
         if compiled is not None:
-            outputs, packed = compiled(*args, **kwargs)
+            outputs, packed, output_counts = compiled(*args, **kwargs)
             if watch:
-                self._watch.add_packed(packed, outputs)
+                self._watch.add_packed(packed, outputs, output_counts)
             else:
-                self._results.add_packed(packed)
+                self._buffer.add_packed(packed)
             return outputs
         collector = self._new_collector(watch, fn)
         outputs = run_intercepted(collector, fn, args, kwargs)
@@ -109,7 +99,7 @@ class Tracker(TrackerBase):
             return outputs
         self._learn(collector)
         for name, tensor_type, module_type, pending in collector.entries:
-            self._results.add(Item(name, tensor_type, module_type, pending))
+            self._buffer.add(name, tensor_type, module_type, pending)
         return outputs
 
     def _new_collector(self, watch: bool, function: object) -> Collector | WatchCollector:
@@ -172,14 +162,14 @@ class Tracker(TrackerBase):
         step = self._step
         if self._stopped is not None:
             report = self._take_stopped()
-            self._discard_pending()  # what was taken since the stop
+            self._buffer.clear()  # what was taken since the stop
             if self._watch is not None:
                 self._watch = WatchResults()
             self._advance(step + 1, True)
             return report
         if self._active:
             self._record_trees(model_state, optimizer_state, grads)
-            found = self._write()
+            _, found = self._finish_tracked()
         elif self._watch is not None:
             found = self._watched_step(model_state, optimizer_state, grads)
         else:
@@ -187,23 +177,8 @@ class Tracker(TrackerBase):
         self._advance(step + 1, bool(found))
         return self._ended(step, found)
 
-    def _stop_if_nonfinite(self) -> None:
-        """Under ``on_nonfinite="raise"``, at the end of an ``intercept``: where the
-        step's module outputs or cotangents so far held NaN/Inf, write the step with the
-        stop, flush and raise ``NonFiniteError``."""
-        if self._active:
-            items = self._results.drain()
-            for item in items:  # kept, on the host, for step()
-                self._results.add(item)
-            found = entries_from_stats((i.name, i.tensor_type, i.stats) for i in items)
-            if found:
-                found = self._write()
-        else:
-            found = self._watch.drain(keep_outputs=True)
-            if found and self._writer is not None:
-                self._writer.add_nonfinite(self._step, found, stopped=True)
-        if found:
-            self._stop(found)  # raises NonFiniteError
+    def _watched_so_far(self) -> list:
+        return self._watch.drain(keep_outputs=True)
 
     def _watched_step(self, model_state: object, optimizer_state: object, grads: object) -> list:
         """End an untracked step with the watch; the NaN/Inf it found."""
@@ -213,8 +188,7 @@ class Tracker(TrackerBase):
             leaves = []
         self._watch.add_arrays([(leaf.name, leaf.tensor_type, leaf.value) for leaf in leaves])
         found = self._watch.drain()
-        if found and self._writer is not None:
-            self._writer.add_nonfinite(self._step, found, self._policy.stops_before_update)
+        self._write_nonfinite(found, self._policy.stops_before_update)
         return found
 
     def _current(self, given: object, at_track: object, what: str) -> object:
@@ -232,7 +206,7 @@ class Tracker(TrackerBase):
         started = array_stats.start([leaf.value for leaf in chosen], self._config.formats)
         for leaf, pending in zip(chosen, started):
             module_type = self._module_types.get(leaf.name.rpartition(".")[0], "")
-            self._results.add(Item(leaf.name, leaf.tensor_type, module_type, pending))
+            self._buffer.add(leaf.name, leaf.tensor_type, module_type, pending)
 
     def _chosen(self, model_state: object, optimizer_state: object, grads: object) -> list:
         """The tracked arrays of the pytrees given to ``step()``, named."""
@@ -272,56 +246,6 @@ class Tracker(TrackerBase):
             elif verdict is not Verdict.SILENT:
                 self._config.skips.skip(leaf.name, leaf.tensor_type, verdict)
         return chosen
-
-    def _write(self) -> list:
-        """Write the tracked step; the NaN/Inf the watch found in it."""
-        records = self._results.drain()
-        in_forward = [r for r in records if r.tensor_type in MODULE_CALL_TYPES]
-        for record in in_forward:
-            self._orders.module(_order_key(record))
-        parameters = self._orders.parameters(
-            r.name for r in records if r.tensor_type not in MODULE_CALL_TYPES
-        )
-        items = []
-        for record in records:
-            if record.tensor_type in MODULE_CALL_TYPES:
-                order = self._orders.module(_order_key(record))
-            else:
-                order = parameters[record.name]
-            items.append(
-                RecordItem(
-                    record.name,
-                    record.stats.to_record(),
-                    record.tensor_type,
-                    record.module_type,
-                    order,
-                )
-            )
-        found = []
-        if self._watch is not None:
-            found = entries_from_stats((r.name, r.tensor_type, r.stats) for r in records)
-        if self._writer is not None:
-            self._writer.add_records(
-                self._step, items, nonfinite=found, stopped=self._policy.stops_before_update
-            )
-            graph = self._graph.take()
-            if graph is not None:
-                self._writer.add_graph(graph, self._step)
-        return found
-
-    def _pending(self) -> bool:
-        return len(self._results) > 0
-
-    def _write_pending(self) -> None:
-        self._write()
-
-    def _discard_pending(self) -> None:
-        self._results = StepResults()
-
-
-def _order_key(record: Item) -> str | tuple[str, str]:
-    """Outputs (and attached arrays) by name; inputs apart, where their module starts."""
-    return ("Input", record.name) if record.tensor_type in MODULE_INPUT_TYPES else record.name
 
 
 def _is_train_state(state: object) -> bool:

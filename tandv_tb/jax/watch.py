@@ -39,8 +39,8 @@ import numpy as np
 from jax import lax
 
 from tandv_tb.event_files.nonfinite_record import NonfiniteEntry, merge
-from tandv_tb.jax.collector import Collector, Slot
-from tandv_tb.jax.compiled import Packed
+from tandv_tb.jax.collector import Collector
+from tandv_tb.stats.engine import Packed, Slot
 
 
 def _int_dtype():
@@ -106,7 +106,7 @@ class WatchCollector(Collector):
         return found
 
     def pack(self) -> tuple[list[Slot], jax.Array, jax.Array]:
-        slots = [Slot(n, t, m, "", (), 3, 0) for n, t, m, _ in self.entries]
+        slots = [Slot((n, t, m), "", (), 3, 0) for n, t, m, _ in self.entries]
         scalars = [c for *_, found in self.entries for c in found]
         packed = jnp.stack(scalars) if scalars else jnp.zeros(0, _int_dtype())
         return slots, packed, jnp.zeros(0, jnp.float32)
@@ -134,13 +134,15 @@ class WatchResults:
         # drops, as in gradient accumulation, are not kept alive until ``step()``)
         self._outputs: dict[int, tuple[weakref.ref, jax.Array, int]] = {}
 
-    def add_packed(self, pack: Packed, outputs: object = None) -> None:
-        """A compiled call's counts; with ``pack.output_counts``, ``outputs`` are the
-        call's outputs, which ``add_arrays`` then finds counted."""
+    def add_packed(
+        self, pack: Packed, outputs: object = None, output_counts: jax.Array | None = None
+    ) -> None:
+        """A compiled call's counts; with ``output_counts`` (``output_counts`` of the call's
+        ``outputs``), ``add_arrays`` then finds those outputs counted."""
         self._parts.append(pack)
-        if pack.output_counts is not None:
+        if output_counts is not None:
             for row, leaf in enumerate(_float_leaves(outputs)):
-                self._outputs[id(leaf)] = (weakref.ref(leaf), pack.output_counts, row)
+                self._outputs[id(leaf)] = (weakref.ref(leaf), output_counts, row)
 
     def add(self, entries: list[tuple[str, str, str, jax.Array]]) -> None:
         self._parts += [(name, tensor_type, found) for name, tensor_type, _, found in entries]
@@ -193,7 +195,7 @@ class WatchResults:
                 layout, packed = fetched
                 slots = part.layouts[int(layout)]
                 rows = np.asarray(packed).reshape(len(slots), 3)
-                observed += [(s.name, s.tensor_type, row) for s, row in zip(slots, rows)]
+                observed += [(*s.label[:2], row) for s, row in zip(slots, rows)]
             elif isinstance(part, _StepArrays):
                 arrays = [np.asarray(a) for a in fetched]
                 observed += [(n, t, arrays[i][r]) for (n, t), (i, r) in zip(part.names, part.rows)]

@@ -10,11 +10,13 @@ decided in one place, ``_kernel_choice``, with its ``TANDV_TB_KERNEL`` switch:
 from tandv_tb.stats._kernel_choice import failed as kernel_failed
 from tandv_tb.stats._kernel_choice import jax_kernel, torch_kernel, triton_watch, watch_kernel
 from tandv_tb.stats._kernel_choice import setting as kernel_setting
-from tandv_tb.stats.engine import Pending, compute, compute_many, fetch, tensor_stats
+from tandv_tb.stats.engine import Packed, Pending, Slot, compute, compute_many, fetch, tensor_stats
 from tandv_tb.stats.tensor_stats import TensorStats
 
 __all__ = [
+    "Packed",
     "Pending",
+    "Slot",
     "TensorStats",
     "compute",
     "compute_many",

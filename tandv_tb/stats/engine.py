@@ -44,6 +44,50 @@ class Pending:
     offset: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One tensor's statistics in a ``Packed`` result: the ``Pending`` vectors' dtype,
+    formats and lengths, and ``label``, what the caller knows the tensor by."""
+
+    label: object
+    dtype: str
+    formats: tuple[str, ...]
+    n_counts: int
+    n_moments: int
+
+
+@dataclasses.dataclass
+class Packed:
+    """Statistics of several tensors that one compiled program computed, still on its
+    device: their ``Pending`` vectors end to end in ``counts`` and ``moments``, laid out
+    by ``layouts[layout]``. ``layout`` is on the device too: a program traced again (new
+    shapes, another branch) records other tensors, so which layout a result has is known
+    once it is on the host (``fetch``)."""
+
+    layouts: Sequence[Sequence[Slot]]
+    layout: object
+    counts: object
+    moments: object
+
+    def unpack(self, layout: int, counts: np.ndarray, moments: np.ndarray) -> list:
+        """The host values of the result: ``(label, TensorStats)`` per slot."""
+        slots = self.layouts[int(layout)]
+        count_ends = np.cumsum([s.n_counts for s in slots], dtype=np.int64)
+        moment_ends = np.cumsum([s.n_moments for s in slots], dtype=np.int64)
+        return [
+            (
+                s.label,
+                TensorStats.unpack(
+                    s.dtype,
+                    s.formats,
+                    counts[c_end - s.n_counts : c_end],
+                    moments[m_end - s.n_moments : m_end],
+                ),
+            )
+            for s, c_end, m_end in zip(slots, count_ends, moment_ends)
+        ]
+
+
 def compute(tensor: object, formats: Sequence[str] = (), *, threads: int | None = None) -> Pending:
     """Start computing a float tensor's statistics on its own device, without a sync.
 
@@ -166,7 +210,21 @@ def compute_many(
     return pending
 
 
+@functools.cache
+def _pending_as_pytree() -> None:
+    """Make ``Pending`` a jax pytree, its device vectors the leaves, so that a jitted
+    program (``tandv_tb.jax.array_stats``) returns the engine's own results."""
+    import jax
+
+    jax.tree_util.register_dataclass(
+        Pending,
+        data_fields=["counts", "moments"],
+        meta_fields=["dtype", "formats", "ready", "packed", "offset"],
+    )
+
+
 def _compute_jax(array, formats: tuple[str, ...], threads: int | None) -> Pending:
+    _pending_as_pytree()
     dtype = float_dtype_name(array.dtype)
     row_length = _row_length(array)
     kernel = _kernel_choice.jax_kernel(array)
@@ -225,26 +283,40 @@ def _jax_ops() -> JaxOps:
     return JaxOps()
 
 
-def fetch(pending: Sequence[Pending]) -> list[TensorStats]:
-    """Bring many tensors' statistics to the host: one transfer per device library."""
-    on_device = [p for p in pending if p.ready is None]
+def fetch(pending: Sequence[Pending | Packed]) -> list:
+    """Bring many tensors' statistics to the host: one transfer per device library.
+
+    A ``Pending`` gives its ``TensorStats``; a ``Packed`` result gives its tensors'
+    ``(label, TensorStats)``, in its layout's order."""
+    on_device = [p for p in pending if isinstance(p, Packed) or p.ready is None]
     torch_items = [p for p in on_device if _library(_vector(p)) == "torch"]
     jax_items = [p for p in on_device if _library(_vector(p)) == "jax"]
     host = {}
     if torch_items:
         host.update(zip(map(id, torch_items), _fetch_torch(torch_items)))
     if jax_items:
-        import jax
-
-        pairs = jax.device_get([(p.counts, p.moments) for p in jax_items])
-        host.update(
-            (id(p), TensorStats.unpack(p.dtype, p.formats, *pair))
-            for p, pair in zip(jax_items, pairs)
-        )
-    return [p.ready if p.ready is not None else host[id(p)] for p in pending]
+        host.update(zip(map(id, jax_items), _fetch_jax(jax_items)))
+    return [host[id(p)] if isinstance(p, Packed) or p.ready is None else p.ready for p in pending]
 
 
-def _vector(pending: Pending) -> object:
+def _fetch_jax(items: Sequence[Pending | Packed]) -> list:
+    """One ``jax.device_get`` for all jax results."""
+    import jax
+
+    packed = [isinstance(p, Packed) for p in items]
+    pulled = jax.device_get(
+        [(p.layout, p.counts, p.moments) if is_packed else (p.counts, p.moments)
+         for p, is_packed in zip(items, packed)]
+    )  # fmt: skip
+    return [
+        p.unpack(*values) if is_packed else TensorStats.unpack(p.dtype, p.formats, *values)
+        for p, is_packed, values in zip(items, packed, pulled)
+    ]
+
+
+def _vector(pending: Pending | Packed) -> object:
+    if isinstance(pending, Packed):
+        return pending.counts
     return pending.counts if pending.packed is None else pending.packed
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tandv_tb.event_files.metadata import MODULE_INPUT_TYPES, MODULE_OUTPUT_TYPES
+from tandv_tb.event_files.metadata import MODULE_OUTPUT_TYPES
 from tandv_tb.torch import features, naming
 from tandv_tb.torch.options import TorchOptions
 from tandv_tb.torch.parameters import Parameters
@@ -185,11 +185,10 @@ class CompiledTracking:
         ``fc2(h)`` handed over before; tests/trackers/torch/test_torch_compile.py)."""
         self.ran = True
         try:
-            is_input = tensor_type in MODULE_INPUT_TYPES
-            order = self._orders.module(("Input", name) if is_input else name)
+            self._orders.module(name, tensor_type)  # placed as it runs, as the hooks do
             if tensor_type == "Activation" and not self._options.track_activations:
                 return  # only placed in the order, for its gradient
-            self._tensors.take(name, tensor_type, module_type, order, tensor, reuse=False)
+            self._tensors.take(name, tensor_type, module_type, tensor, reuse=False)
         except Exception as error:  # tracking never stops training
             self._recorder.skip(name, tensor_type, f"{type(error).__name__}: {error}")
 

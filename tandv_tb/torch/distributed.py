@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -49,7 +49,8 @@ from tandv_tb.event_files.record import COUNTS
 from tandv_tb.stats import TensorStats
 from tandv_tb.stats.tensor_stats import MOMENTS
 from tandv_tb.torch.parallel_layout import Spread
-from tandv_tb.tracking.step_buffer import Entry
+from tandv_tb.tracking.processes import Apart
+from tandv_tb.tracking.step_buffer import Entry, Result
 
 _SLOT = 1 + len(MOMENTS)  # finite count, then the moments
 
@@ -59,10 +60,6 @@ STAGE_ORDERS = 1 << 20
 
 #: A layout key: name, tensor type, and the rank whose own values it holds (None: merged).
 Key = tuple[str, str, "int | None"]
-
-#: What a rank's step gives the writing rank: the merged records, and each rank's own
-#: records of the tensors whose layout cannot be told, as (rank, entry, statistics).
-Combined = tuple[list[tuple[Entry, TensorStats]], list[tuple[int, Entry, TensorStats]]]
 
 
 class RanksLost(RuntimeError):
@@ -131,17 +128,28 @@ class RankCombiner:
         self.nonfinite = False
 
     def combine(
-        self, results: Sequence[tuple[Entry, TensorStats]], tensor_parallel: bool = False
-    ) -> Combined:
-        """Each tracked tensor's statistics over all ranks (on rank 0; nothing elsewhere).
+        self,
+        results: Sequence[Result],
+        spreads: Mapping[tuple[str, str], Spread],
+        tensor_parallel: bool = False,
+    ) -> tuple[list[Result], Apart]:
+        """Each tracked tensor's statistics over all ranks (on rank 0; nothing elsewhere):
+        the merged records, and each rank's own records of the tensors whose layout
+        cannot be told, as (rank, entry, statistics).
 
+        ``spreads``: how this rank's values of each tensor stand to the other ranks'.
         ``tensor_parallel``: whether the model computes with DTensors, where an ``UNTOLD``
         tensor is recorded per rank (``ParallelLayout.tensor_parallel``). Every rank calls
         this at the same steps (``tracker.step()`` on every rank).
         """
         apart = {Spread.UNTOLD} if tensor_parallel else set()
-        kept = [(self._placed(e), s) for e, s in results if self._kept(e)]
-        local = {self._key(e, apart): (e, s) for e, s in results if not self._kept(e)}
+        spread = {id(e): spreads.get((e.name, e.tensor_type), Spread.PIECE) for e, _ in results}
+        kept = [(self._placed(e), s) for e, s in results if self._kept(spread[id(e)])]
+        local = {
+            self._key(e, spread[id(e)] in apart): (e, s)
+            for e, s in results
+            if not self._kept(spread[id(e)])
+        }
         if not self._layout:  # the first call, on every rank alike
             self._extend(local)
         packed, unknown = self._pack(local)
@@ -163,13 +171,14 @@ class RankCombiner:
                 per_rank.append((key[2], entry, stats))
         return merged, per_rank
 
-    def _kept(self, entry: Entry) -> bool:
-        """Whether ``entry`` stays here: held whole by rank 0, which writes."""
-        return entry.spread is Spread.WHOLE and self.rank == 0
+    def _kept(self, spread: Spread) -> bool:
+        """Whether a tensor of this ``spread`` stays here: held whole by rank 0, which
+        writes."""
+        return spread is Spread.WHOLE and self.rank == 0
 
-    def _key(self, entry: Entry, apart: set[Spread]) -> Key:
+    def _key(self, entry: Entry, apart: bool) -> Key:
         """Where ``entry`` travels: merged, or as this rank's own (``apart``)."""
-        return (entry.name, entry.tensor_type, self.rank if entry.spread in apart else None)
+        return (entry.name, entry.tensor_type, self.rank if apart else None)
 
     def _placed(self, entry: Entry) -> Entry:
         """``entry`` ordered among the pipeline stages."""

@@ -104,16 +104,16 @@ class GraphCapture:
         if compiled is not None:  # model.compile(): its call is compiled, hooks and all
             self._root._compiled_call_impl = functools.partial(self._through_compiled, compiled)
 
-    def end_step(self, writer: object, step: int, entries: Sequence[Entry]) -> None:
-        """A tracked step ends: write the graph it recorded (``writer``: a
-        ``NumericsWriter``, None on ranks that do not write); note a change of its calls."""
+    def end_step(self, entries: Sequence[Entry]) -> ModelGraph | None:
+        """A tracked step ends: the graph it recorded, to be written (``entries``: what
+        the step recorded); note a change of its calls."""
         recording, graph = self._recording, self._graph
         self._recording, self._graph = None, None
         self._unwrap_compiled_call()
         calls = module_calls(entries)
         if recording is None:
             self._wanted |= self._calls is not None and calls != self._calls
-            return
+            return None
         try:
             graph = graph if graph is not None else recording.graph()
             if graph is None:
@@ -125,12 +125,12 @@ class GraphCapture:
                         "track() was not given, or a compiled training_step); give track() "
                         "the compiled module, or compile the modules the step calls",
                     )
-                return
-            self._wanted, self._calls = False, calls
-            if writer is not None:
-                writer.add_graph(graph, step)
+                return None
         except Exception as error:  # recording the graph never stops training
             self._fail(error)
+            return None
+        self._wanted, self._calls = False, calls
+        return graph
 
     def remove(self) -> None:
         self._unwrap_compiled_call()

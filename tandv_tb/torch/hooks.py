@@ -106,11 +106,10 @@ class HookHandles:
         name: str,
         tensor_type: str,
         module_type: str,
-        order: int,
         spread: Spread,
         grad: torch.Tensor,
     ) -> None:
-        self._tensors.take(name, tensor_type, module_type, order, grad, spread=spread)
+        self._tensors.take(name, tensor_type, module_type, grad, spread=spread)
 
     def _observe(self, name: str, tensor_type: str, module_type: str, tensor) -> None:
         """Inside a traced graph: hand ``tensor`` to the tracker, and its gradient (over all
@@ -218,14 +217,13 @@ class ModuleHooks(HookHandles):
         for leaf, tensor in self._output_tensors(name, output):
             if not self._selected(leaf):
                 continue
-            order = self._orders.module(leaf) if recording else 0
+            if recording:  # placed in the model, for its gradient too
+                self._orders.module(leaf, "Activation")
             spread = self._tensors.spread(leaf, tensor)  # its gradient's too
             if self._options.track_activations:
-                self._tensors.take(leaf, "Activation", module_type, order, tensor, spread=spread)
+                self._tensors.take(leaf, "Activation", module_type, tensor, spread=spread)
             if self._gradients and tensor.requires_grad:
-                hook = functools.partial(
-                    self._take_gradient, leaf, "Gradient", module_type, order, spread
-                )
+                hook = functools.partial(self._take_gradient, leaf, "Gradient", module_type, spread)
                 self._hook_gradient(tensor, hook)
 
     def _output_tensors(self, name: str, output: object) -> list[tuple[str, torch.Tensor]]:

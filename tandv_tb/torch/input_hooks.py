@@ -65,11 +65,12 @@ class InputHooks(HookHandles):
     def _take_inputs(self, name: str, module_type: str, args: tuple, kwargs: dict) -> None:
         recording = self._tensors.recording()
         for leaf, tensor in self._floating_inputs(name, args, kwargs, self._selected):
-            order = self._orders.module(("Input", leaf)) if recording else 0
+            if recording:  # placed where its module starts
+                self._orders.module(leaf, "Input")
             spread = self._tensors.spread(leaf, tensor)  # its gradient's too
-            self._tensors.take(leaf, "Input", module_type, order, tensor, spread=spread)
+            self._tensors.take(leaf, "Input", module_type, tensor, spread=spread)
             if self._gradients and tensor.requires_grad:
                 hook = functools.partial(
-                    self._take_gradient, leaf, "Input_Gradient", module_type, order, spread
+                    self._take_gradient, leaf, "Input_Gradient", module_type, spread
                 )
                 self._hook_gradient(tensor, hook)

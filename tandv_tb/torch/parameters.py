@@ -26,7 +26,6 @@ class NamedParameter:
     name: str
     parameter: torch.Tensor
     module_type: str
-    order: int
 
 
 #: A parameter, a tensor type and the tensor of that type it has.
@@ -47,14 +46,18 @@ class Parameters:
 
     def __init__(self, root: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         self._named = [
-            NamedParameter(name, parameter, naming.module_type(owner), order)
-            for order, (name, parameter, owner) in enumerate(naming.named_parameters(root))
+            NamedParameter(name, parameter, naming.module_type(owner))
+            for name, parameter, owner in naming.named_parameters(root)
         ]
         self._by_id = {id(p.parameter): p for p in self._named}
         self._optimizer = optimizer
         #: Whether ranks hold different parts of the parameters (FSDP1's flat parameters;
         #: a DTensor tells for itself).
         self.flat = _is_fsdp1(root)
+
+    def names(self) -> list[str]:
+        """The model's parameters' names, in the order they were registered."""
+        return [p.name for p in self._named]
 
     def every(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Every parameter, the model's and the optimizer's, by name."""
@@ -66,7 +69,7 @@ class Parameters:
         """Record ``tensors`` (from ``gradients`` or ``weights_and_state``), together."""
         spread = recorder.layout.of_parameter
         recorder.record_many(
-            (p.name, tensor_type, p.module_type, p.order, tensor, spread(p.name, tensor))
+            (p.name, tensor_type, p.module_type, tensor, spread(p.name, tensor))
             for p, tensor_type, tensor in tensors
         )
 
@@ -100,11 +103,7 @@ class Parameters:
             for index, parameter in enumerate(group["params"]):
                 named = self._by_id.get(id(parameter))
                 if named is None:
-                    named = NamedParameter(
-                        f"optimizer.param_groups.{group_index}.{index}",
-                        parameter,
-                        "",
-                        len(self._named) + len(self._by_id),
-                    )
+                    name = f"optimizer.param_groups.{group_index}.{index}"
+                    named = NamedParameter(name, parameter, "")
                     self._by_id[id(parameter)] = named
                 yield named

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable
 
-from tandv_tb.stats import TensorStats
 from tandv_tb.torch.parallel_layout import UntoldLayoutWarning
-from tandv_tb.tracking.step_buffer import Entry
+from tandv_tb.tracking.processes import Apart
+from tandv_tb.tracking.step_buffer import Entry, record_item
 from tandv_tb.writer import NumericsWriter, RecordItem
 
 
@@ -30,15 +29,12 @@ class RankRuns:
         self._writers: dict[int, NumericsWriter] = {}
         self._warned: set[str] = set()
 
-    def add(self, step: int, records: Iterable[tuple[int, Entry, TensorStats]]) -> None:
+    def add(self, step: int, records: Apart) -> None:
         """Write each rank's records of ``step`` into its run."""
         by_rank: dict[int, list[RecordItem]] = {}
-        for rank, entry, stats in records:
+        for rank, entry, merged in records:
             self._warn(entry)
-            item = RecordItem(
-                entry.name, stats.to_record(), entry.tensor_type, entry.module_type, entry.order
-            )
-            by_rank.setdefault(rank, []).append(item)
+            by_rank.setdefault(rank, []).append(record_item(entry, merged))
         for rank, items in sorted(by_rank.items()):
             self._writer(rank).add_records(step, items)
 

@@ -11,19 +11,20 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from tandv_tb.event_files.nonfinite_record import NonfiniteEntry
-from tandv_tb.stats import TensorStats
-from tandv_tb.torch.distributed import Combined, RankCombiner, is_distributed
+from tandv_tb.torch.distributed import RankCombiner, is_distributed
 from tandv_tb.torch.options import TorchOptions
-from tandv_tb.torch.parallel_layout import ParallelLayout
+from tandv_tb.torch.parallel_layout import ParallelLayout, Spread
 from tandv_tb.torch.parameters import Parameters
 from tandv_tb.torch.pipeline_stage import Stage
 from tandv_tb.torch.rank_runs import RankRuns
 from tandv_tb.torch.watch import across_ranks
-from tandv_tb.tracking.step_buffer import Entry
+from tandv_tb.tracking.processes import Apart
+from tandv_tb.tracking.step_buffer import Result
 
 
 class Ranks:
-    """The distributed side of one tracker (made at ``track``, on every rank alike)."""
+    """The distributed side of one tracker (made at ``track``, on every rank alike): the
+    ``tandv_tb.tracking.processes.ProcessMerge`` of PyTorch's ranks."""
 
     def __init__(self, parameters: Parameters, options: TorchOptions, stage: Stage) -> None:
         distributed = is_distributed()
@@ -45,6 +46,9 @@ class Ranks:
         self.run = f"rank{rank}" if options.per_rank and distributed else None
         self._formats = formats
         self._rank_runs: RankRuns | None = None
+        #: How this rank's values of each tensor recorded this step stand to the other
+        #: ranks' (``Recorder`` notes them), by (name, tensor type).
+        self.spreads: dict[tuple[str, str], Spread] = {}
 
     @property
     def combining(self) -> bool:
@@ -55,12 +59,12 @@ class Ranks:
         if self.combining:
             self._rank_runs = RankRuns(logdir, self._formats)
 
-    def combine(self, results: list[tuple[Entry, TensorStats]]) -> Combined:
+    def combine(self, results: list[Result]) -> tuple[list[Result], Apart]:
         """The step's records the writing rank writes: merged over the ranks, and the
         ranks' own (``RankCombiner.combine``); this rank's own where not combining."""
         if self._combiner is None:
             return results, []
-        return self._combiner.combine(results, self.layout.tensor_parallel)
+        return self._combiner.combine(results, self.spreads, self.layout.tensor_parallel)
 
     def nonfinite_anywhere(self, found: bool) -> bool:
         """Whether some rank's tensors of the step just combined held NaN/Inf (``found``,
@@ -73,10 +77,10 @@ class Ranks:
             return found
         return across_ranks(found, self._combiner.group, self._combiner.device)
 
-    def write_apart(self, step: int, per_rank: list[tuple[int, Entry, TensorStats]]) -> None:
+    def write_apart(self, step: int, apart: Apart) -> None:
         """Write each rank's own records of ``step`` into its run (on the writing rank)."""
         if self._rank_runs is not None:
-            self._rank_runs.add(step, per_rank)
+            self._rank_runs.add(step, apart)
 
     def close(self) -> None:
         if self._rank_runs is not None:

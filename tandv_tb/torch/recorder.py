@@ -12,17 +12,19 @@ from tandv_tb.torch.memo import TensorMemo
 from tandv_tb.torch.parallel_layout import ParallelLayout, Spread, local
 from tandv_tb.torch.skips import untrackable_reason
 from tandv_tb.tracking.skip_log import SkipLog
-from tandv_tb.tracking.step_buffer import Entry, StepBuffer
+from tandv_tb.tracking.step_buffer import StepBuffer
 
 #: What ``Recorder.record_many`` takes per tensor: ``record``'s arguments, ``spread`` told.
-Item = tuple[str, str, str, int, torch.Tensor, Spread]
+ToRecord = tuple[str, str, str, torch.Tensor, Spread]
 
 
 class Recorder:
-    """Computes statistics of tracked tensors into the step buffer.
+    """Computes statistics of tracked tensors into the step's buffer.
 
-    ``layout`` tells how each tensor's values on this rank stand to the other ranks' in a
-    distributed run (``parallel_layout``): a replica that another rank counts is skipped.
+    ``layout`` tells how each tensor's values on this rank stand to the other ranks' in
+    a distributed run (``parallel_layout``): a replica that another rank counts is
+    skipped; each recorded tensor's ``Spread`` is noted in ``spreads`` (``Ranks.spreads``,
+    which combines the ranks' statistics by it).
 
     A tensor recorded again in the same step, unchanged, reuses its statistics
     (``TensorMemo``).
@@ -35,25 +37,31 @@ class Recorder:
     46-53 ms split over two (bench/RESULTS.md).
     """
 
-    def __init__(self, formats: Sequence[str], skips: SkipLog, layout: ParallelLayout) -> None:
+    def __init__(
+        self,
+        formats: Sequence[str],
+        skips: SkipLog,
+        layout: ParallelLayout,
+        spreads: dict[tuple[str, str], Spread],
+        buffer: StepBuffer,
+    ) -> None:
         self.formats = tuple(formats)
-        self.buffer = StepBuffer()
+        self.buffer = buffer
         self.layout = layout
+        self._spreads = spreads
         self._skips = skips
         self._computed: TensorMemo[Pending] = TensorMemo()
 
-    def drain(self) -> list[Entry]:
-        """The step's entries (``StepBuffer.drain``, their parts ``Pending``); forgets the
-        step's tensors."""
+    def new_step(self) -> None:
+        """Forget the last step's tensors and spreads."""
         self._computed.clear()
-        return self.buffer.drain()
+        self._spreads.clear()
 
     def record(
         self,
         name: str,
         tensor_type: str,
         module_type: str,
-        order: int,
         tensor: torch.Tensor,
         spread: Spread | None = None,
         reuse: bool = True,
@@ -77,24 +85,31 @@ class Recorder:
         except Exception as error:  # tracking never stops training
             self._skips.skip(name, tensor_type, f"{type(error).__name__}: {error}")
             return
-        self.buffer.add(name, tensor_type, module_type, pending, order=order, spread=spread)
+        self._add(name, tensor_type, module_type, pending, spread)
 
-    def record_many(self, items: Iterable[Item]) -> None:
+    def record_many(self, items: Iterable[ToRecord]) -> None:
         """``record`` of many tensors (what ``step()`` reads), their statistics computed
         together (``stats.compute_many``: a few launches for all of them on a device)."""
         taken = []
-        for name, tensor_type, module_type, order, tensor, spread in items:
+        for name, tensor_type, module_type, tensor, spread in items:
             values = self._values(name, tensor_type, tensor, spread)
             if values is not None:
-                taken.append((name, tensor_type, module_type, order, values, spread))
+                taken.append((name, tensor_type, module_type, values, spread))
         try:
-            pending = self._computed.get_many([item[4] for item in taken], self._compute_many)
+            pending = self._computed.get_many([item[3] for item in taken], self._compute_many)
         except Exception:  # one by one, so that each says what failed
             for item in taken:
                 self.record(*item)
             return
-        for (name, tensor_type, module_type, order, _, spread), part in zip(taken, pending):
-            self.buffer.add(name, tensor_type, module_type, part, order=order, spread=spread)
+        for (name, tensor_type, module_type, _, spread), part in zip(taken, pending):
+            self._add(name, tensor_type, module_type, part, spread)
+
+    def _add(
+        self, name: str, tensor_type: str, module_type: str, part: Pending, spread: Spread
+    ) -> None:
+        """File ``part`` in the step's buffer; a tensor's spread is its first part's."""
+        self._spreads.setdefault((name, tensor_type), spread)
+        self.buffer.add(name, tensor_type, module_type, part)
 
     def _values(
         self, name: str, tensor_type: str, tensor: torch.Tensor, spread: Spread

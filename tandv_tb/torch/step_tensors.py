@@ -54,7 +54,7 @@ class StepTensors:
         return self._recorder.layout.of_data(name, tensor)
 
     def take(
-        self, name: str, tensor_type: str, module_type: str, order: int, tensor: torch.Tensor,
+        self, name: str, tensor_type: str, module_type: str, tensor: torch.Tensor,
         *, spread: Spread | None = None, reuse: bool = True,
     ) -> None:  # fmt: skip
         """Record ``tensor`` or check it, by the rule (``spread`` and ``reuse``:
@@ -62,9 +62,7 @@ class StepTensors:
         if tensor_type in FORWARD_TYPES and recomputing():  # taken in the first forward
             return
         if self._active():
-            self._recorder.record(
-                name, tensor_type, module_type, order, tensor, spread=spread, reuse=reuse
-            )
+            self._recorder.record(name, tensor_type, module_type, tensor, spread, reuse)
         elif self._watch is not None:
             self._watch.check(name, tensor_type, tensor, spread, reuse=reuse)
 

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from tandv_tb import stats
-from tandv_tb.event_files.nonfinite_record import entries_from_stats
 from tandv_tb.torch import compiled
 from tandv_tb.torch.attaching import Attachments
 from tandv_tb.torch.compiled import CompiledTracking
@@ -31,9 +29,8 @@ from tandv_tb.tracking.nonfinite_policy import StepReport
 from tandv_tb.tracking.orders import Orders
 from tandv_tb.tracking.selection import Patterns
 from tandv_tb.tracking.skip_log import SkipLog
-from tandv_tb.tracking.step_buffer import merged
+from tandv_tb.tracking.step_buffer import StepBuffer
 from tandv_tb.tracking.tracker_base import TrackerBase
-from tandv_tb.writer import RecordItem
 
 #: Modules that open trackers hook, with how many trackers hook each.
 _HOOKED: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
@@ -63,10 +60,11 @@ class Tracker(TrackerBase):
             self._open_writer(ranks.run)
             ranks.writing_into(self._writer.logdir)
         skips = SkipLog(UntrackableTensorWarning)
-        self._recorder = Recorder(formats, skips, ranks.layout)
+        orders = Orders(self._parameters.names())
+        self._buffer = StepBuffer(orders)
+        self._recorder = Recorder(formats, skips, ranks.layout, ranks.spreads, self._buffer)
         watch = Watch(ranks.layout) if options.watch_nonfinite else None
         self._watch = watch
-        orders = Orders()
         self._tensors = StepTensors(self._tracking_now, self._recorder, watch)
         self._compiled = CompiledTracking(
             module, self._tensors, orders, self._recorder, options, self._parameters
@@ -130,7 +128,7 @@ class Tracker(TrackerBase):
         step = self._step
         try:
             if self._active:
-                tripped, found = self._finish_step()
+                tripped, found = self._finish_tracked()
             else:
                 found = self._watched_step() if self._watch is not None else []
                 tripped = bool(found)
@@ -160,38 +158,21 @@ class Tracker(TrackerBase):
         if self._ranks_lost or self._closed:
             return None
         try:
-            found = self._ranks.across(self._found_so_far())
-            if not found:
-                return StepReport.of(self._step, found)
-            if self._active:
-                _, found = self._finish_step()
-            elif self._writer is not None:
-                self._writer.add_nonfinite(self._step, found, stopped=True)
+            return self._stop_if_nonfinite()
         except RanksLost as error:
             warnings.warn(f"tandv_tb: at step {self._step} {error}", RuntimeWarning, stacklevel=2)
             self._ranks_lost = True
             self._end(keep_pending=False)
             return None
-        self._stop(found)  # raises NonFiniteError
 
-    def _found_so_far(self) -> list:
-        """The NaN/Inf entries of the current step so far, read now. On a tracked step the
-        statistics recorded so far are brought to the host and kept by their ``Pending``,
-        so that ``step()`` does not read them again."""
-        if not self._active:
-            return self._watch.drain()
-        entries = self._recorder.buffer.entries()
-        parts = [p for e in entries for p in e.parts]
-        fetched = stats.fetch(parts)
-        for part, on_host in zip(parts, fetched):
-            part.ready = on_host
-        return self._nonfinite(list(zip(entries, merged(entries, fetched))))
+    def _watched_so_far(self) -> list:
+        return self._watch.drain()
 
     def _after_stop(self, next_step: int) -> StepReport:
         """``step()`` after a ``NonFiniteError``: the stopped step is written already; what
         was taken since is dropped, and the next step is tracked (as after NaN/Inf)."""
         report = self._take_stopped()
-        self._recorder.drain()
+        self._buffer.clear()
         if self._watch is not None:
             self._watch.drain()
         self._gradients_read = False
@@ -202,6 +183,7 @@ class Tracker(TrackerBase):
     def _take_tensors(self) -> None:
         """Tell the hooks and ``attach`` whether this step's tensors are taken: a tracked
         step, or any step with the watch (compiled graphs guard on it)."""
+        self._recorder.new_step()
         emitting = self._tensors.taking()
         in_graph = emitting and compiled.HOOKS_IN_GRAPH
         self._hooks.emitting = in_graph
@@ -236,40 +218,14 @@ class Tracker(TrackerBase):
         tensors = self._parameter_tensors()  # read right away
         self._tensors.take_parameters(self._parameters, tensors, unchanged=True)
         found = self._ranks.across(self._watch.drain())
-        if found and self._writer is not None:
-            self._writer.add_nonfinite(self._step, found, self._policy.stops_before_update)
+        self._write_nonfinite(found, self._policy.stops_before_update)
         return found
 
-    def _finish_step(self) -> tuple[bool, list]:
-        """End a tracked step; whether the watch found NaN/Inf in it (on any rank), and
-        what it found."""
+    def _record_step_end(self) -> None:
+        """Record the weights, gradients and optimizer state the step ends with; note
+        what its compiled graphs did."""
         self._parameters.record(self._recorder, self._parameter_tensors())
         self._compiled.check_step(self._step)
-        entries = self._recorder.drain()
-        self._graph.end_step(self._writer, self._step, entries)
-        parts = merged(entries, stats.fetch([p for e in entries for p in e.parts]))
-        results, per_rank = self._ranks.combine(list(zip(entries, parts)))
-        found = self._nonfinite(results + [(e, s) for _, e, s in per_rank])
-        # Every rank must agree on tracking the next step: the combined sums say it on
-        # every rank (NaN/Inf in what rank 0 holds whole alone is written, not followed).
-        tripped = self._watch is not None and self._ranks.nonfinite_anywhere(bool(found))
-        if self._writer is not None:
-            self._writer.add_records(
-                self._step,
-                (
-                    RecordItem(e.name, stats.to_record(), e.tensor_type, e.module_type, e.order)
-                    for e, stats in results
-                ),
-                nonfinite=found,
-                stopped=self._policy.stops_before_update,
-            )
-            self._ranks.write_apart(self._step, per_rank)
-        return tripped, found
-
-    def _nonfinite(self, results: list) -> list:
-        if self._watch is None:
-            return []
-        return entries_from_stats((e.name, e.tensor_type, s) for e, s in results)
 
     def _detach(self) -> None:
         """Remove every hook. In a combined distributed run a step not ended by ``step()``
@@ -289,15 +245,6 @@ class Tracker(TrackerBase):
         self._attachments.set_active(False)
         if self._inputs is not None:
             self._inputs.remove()
-
-    def _pending(self) -> bool:
-        return not self._ranks.combining and len(self._recorder.buffer) > 0
-
-    def _write_pending(self) -> None:
-        self._finish_step()
-
-    def _discard_pending(self) -> None:
-        self._recorder.drain()
 
 
 def _stepping_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -1,16 +1,19 @@
 """The ``order`` of tracked tensors: where each sits in the model, stable across steps.
 
 Module outputs (and inputs, and attached tensors) are ordered by first execution, in both
-trackers. PyTorch numbers parameters by registration; in JAX (``parameters``) they follow
-the first execution of the module owning them, then their names in natural order
-(``Dense_2`` before ``Dense_10``): jax sorts dict keys, so the pytrees themselves no longer
-tell the order the parameters were created in.
+trackers; a gradient takes its value's place. Parameters known when tracking starts keep
+the order they are given in (PyTorch's, by registration). Others (JAX's, seen in the
+pytrees given to ``step()``) follow the first execution of the module owning them, then
+their names in natural order (``Dense_2`` before ``Dense_10``): jax sorts dict keys, so
+the pytrees themselves no longer tell the order the parameters were created in.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Hashable, Iterable
+
+from tandv_tb.event_files.metadata import MODULE_CALL_TYPES, MODULE_INPUT_TYPES
 
 
 def natural_key(name: str) -> tuple:
@@ -22,19 +25,44 @@ def natural_key(name: str) -> tuple:
     )
 
 
-class Orders:
-    """Module outputs by first sight; parameters by their module, assigned at first sight."""
+def _module_key(name: str, tensor_type: str) -> Hashable:
+    """Outputs (and attached tensors) by name; inputs apart, placed where their module
+    starts (before its children's outputs)."""
+    return ("Input", name) if tensor_type in MODULE_INPUT_TYPES else name
 
-    def __init__(self) -> None:
+
+class Orders:
+    """Module outputs by first sight; parameters as given ahead, else by their module."""
+
+    def __init__(self, parameters: Iterable[str] = ()) -> None:
         self._modules: dict[Hashable, int] = {}
         self._parameters: dict[str, int] = {}
+        for name in parameters:
+            self._parameters.setdefault(name, len(self._parameters))
 
-    def module(self, key: Hashable) -> int:
-        """The order of a module output's name (or of another key placed among them: an
-        input's ``("Input", name)``), by first sight."""
-        return self._modules.setdefault(key, len(self._modules))
+    def module(self, name: str, tensor_type: str) -> int:
+        """The order of a module-side tensor (``MODULE_CALL_TYPES``), by first sight; a
+        tracker places a module's name when it runs, so that a gradient recorded without
+        its value still takes the value's place."""
+        return self._modules.setdefault(_module_key(name, tensor_type), len(self._modules))
 
-    def parameters(self, names: Iterable[str]) -> dict[str, int]:
+    def of(self, tensors: Iterable[tuple[str, str]]) -> list[int]:
+        """The order of each ``(name, tensor type)``, seen in the order given: module-side
+        tensors first (their modules place the parameters), then parameters."""
+        tensors = list(tensors)
+        orders: list[int] = [0] * len(tensors)
+        parameters = []
+        for i, (name, tensor_type) in enumerate(tensors):
+            if tensor_type in MODULE_CALL_TYPES:
+                orders[i] = self.module(name, tensor_type)
+            else:
+                parameters.append(i)
+        known = self._place_parameters(tensors[i][0] for i in parameters)
+        for i in parameters:
+            orders[i] = known[tensors[i][0]]
+        return orders
+
+    def _place_parameters(self, names: Iterable[str]) -> dict[str, int]:
         """The order of each parameter name; new names are placed after the known ones."""
         new = sorted({n for n in names if n not in self._parameters}, key=self._parameter_key)
         for name in new:
