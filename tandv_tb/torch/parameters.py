@@ -2,10 +2,11 @@
 
 The weight gradients are read when the optimizer steps (a step pre-hook): they are the
 gradients the update uses (unscaled, under ``torch.amp.GradScaler``), whatever the loop
-does with them before ``tracker.step()`` (``zero_grad`` first, as nanoGPT does). Where the
-optimizer did not step (none was given, or GradScaler skipped a step over Inf) they are
-read at ``tracker.step()``. The weights and the optimizer's state are read at
-``tracker.step()``, after the update.
+does with them before ``tracker.step()`` (``zero_grad`` first, as nanoGPT does); a step
+given a closure (Lightning's, LBFGS's) computes them in it, so they are read when the
+closure first returns. Where the optimizer did not step (none was given, or GradScaler
+skipped a step over Inf) they are read at ``tracker.step()``. The weights and the
+optimizer's state are read at ``tracker.step()``, after the update.
 """
 
 from __future__ import annotations

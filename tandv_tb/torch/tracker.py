@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -193,7 +193,19 @@ class Tracker(TrackerBase):
         self._graph.start_step(self._active)
 
     @torch.compiler.disable
-    def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    def _on_optimizer_step(
+        self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict
+    ) -> tuple[tuple, dict] | None:
+        """The optimizer's step pre-hook. Given a closure (Lightning's, LBFGS's), the step
+        computes its gradients in it, after this hook: the closure is wrapped so that they
+        are taken when its first call returns."""
+        wrapped = _closure_wrapped(args, kwargs, self._take_gradients)
+        if wrapped is None:
+            self._take_gradients()
+        return wrapped
+
+    @torch.compiler.disable
+    def _take_gradients(self) -> None:
         """Take the weight gradients the optimizer is about to use; under
         ``on_nonfinite="raise"`` stop before it uses them where the step holds NaN/Inf."""
         if self._stopped is not None:  # the trainer stopped this step: nothing to take
@@ -245,6 +257,32 @@ class Tracker(TrackerBase):
         self._attachments.set_active(False)
         if self._inputs is not None:
             self._inputs.remove()
+
+
+def _closure_wrapped(
+    args: tuple, kwargs: dict, then: Callable[[], None]
+) -> tuple[tuple, dict] | None:
+    """``optimizer.step``'s arguments (``args[0]`` the optimizer) with its closure, given
+    positionally or as ``closure=``, wrapped to call ``then()`` once its first call returns
+    (LBFGS calls it again from other weights); its result is returned unchanged. ``None``
+    for a step given no closure."""
+    keyword = callable(kwargs.get("closure"))
+    if not keyword and not (len(args) > 1 and callable(args[1])):
+        return None
+    closure = kwargs["closure"] if keyword else args[1]
+    called = False
+
+    def wrapped(*a, **kw):
+        nonlocal called
+        result = closure(*a, **kw)
+        if not called:
+            called = True
+            then()
+        return result
+
+    if keyword:
+        return args, {**kwargs, "closure": wrapped}
+    return (args[0], wrapped, *args[2:]), kwargs
 
 
 def _stepping_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
@@ -354,7 +392,9 @@ def track(
       ``CompiledBeforeTrackWarning``; ``close`` drops the code its hooks were traced into.
     - Weight gradients are read when the optimizer steps (before its update, unscaled under
       ``GradScaler``), so ``tracker.step()`` may follow ``zero_grad()``; without an
-      ``optimizer``, or where it skipped its step, they are read at ``step()``.
+      ``optimizer``, or where it skipped its step, they are read at ``step()``. A step
+      given a closure (``optimizer.step(closure)``, as Lightning and LBFGS call it) reads
+      them when the closure first returns.
     - With activation checkpointing, the recomputed forward is not recorded again.
     - A model's modules are the ones it holds when ``track`` is called.
     - The options are checked once, as a ``tandv_tb.torch.options.TorchOptions``: a bad

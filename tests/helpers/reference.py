@@ -149,10 +149,17 @@ def assert_matches(
     exactly, statistics within ``rtol`` (``mean`` relative to ``rm2``) plus two float64
     subnormal steps: a statistic whose true value is subnormal in float64 (the mean of a few
     tiny float64 values) cannot be closer than its rounding."""
+    assert_record_matches(stats.to_record(), values, formats, rtol, ref)
+
+
+def assert_record_matches(
+    record, values: np.ndarray, formats=(), rtol: float = 1e-5, ref: dict | None = None
+) -> None:
+    """A ``NumericsRecord`` (one read back from disk) is that of ``values``, as
+    ``assert_matches`` checks it."""
     from tandv_tb.event_files.record import STATISTICS
     from tandv_tb.formats import info
 
-    record = stats.to_record()
     ref = ref or reference(values, formats)
     for key in ("numel", "zero_count", "nan_count", "posinf_count", "neginf_count"):
         assert getattr(record, key) == ref[key], key

@@ -10,6 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -30,6 +31,8 @@ from tests.helpers.lightning_fit import (  # noqa: E402
     trainer,
 )
 from tests.helpers.model_graphs import recorded_graph  # noqa: E402
+from tests.helpers.reference import assert_record_matches  # noqa: E402
+from tests.helpers.torch_models import read_records  # noqa: E402
 from tests.helpers.trainers import event_files, numerics_steps, scalars  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -86,6 +89,38 @@ def test_numerics_at_global_steps_in_the_loggers_run_losses_unchanged(tmp_path):
     first = frame[(meta["name"] == "net.0") & (meta["tensor_type"] == "Activation")]
     assert first[("scalar_stats", "numel")].tolist() == [2 * BATCH * HIDDEN] * 6
     assert not is_tracked(tracked) and callback.tracker is None
+
+
+class GradientKeeper(Regression):
+    """``Regression`` keeping the weight gradients each optimizer step's update uses, by
+    ``global_step`` (Lightning's ``on_before_optimizer_step``: after the step's backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gradients: dict[int, dict[str, np.ndarray]] = {}
+
+    def on_before_optimizer_step(self, optimizer):
+        self.gradients[self.trainer.global_step] = {
+            name: p.grad.detach().numpy().copy() for name, p in self.named_parameters()
+        }
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_weight_gradients_are_those_of_the_steps_own_batches(tmp_path, accumulate):
+    """Lightning calls ``optimizer.step(closure)``, the closure running the step's last
+    ``training_step``, ``zero_grad`` and backward: the ``Weight_Gradient`` of step k are the
+    gradients of step k's own batches, all of them (read when the closure returns: read
+    before it runs they were the previous step's, or the first micro-batch's alone), equal
+    to a float64 reference of the gradients the update used."""
+    model = GradientKeeper()
+    callbacks = [NumericsCallback()]
+    run_dir = fit(tmp_path, model, callbacks, max_steps=4, accumulate_grad_batches=accumulate)
+    assert sorted(model.gradients) == [0, 1, 2, 3]
+    records = read_records(str(run_dir))
+    for step, gradients in model.gradients.items():
+        for name, gradient in gradients.items():
+            assert (name, "Weight_Gradient", step) in records, (name, step)
+            assert_record_matches(records[name, "Weight_Gradient", step].record, gradient)
 
 
 def test_every_and_manual_optimization_follow_global_step(tmp_path):

@@ -54,9 +54,22 @@ def _bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     )
 
 
-def _train(logdir, *, compiled=False, stop_at=None, tracked=True, **options):
+def _closure(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor):
+    """A step's closure: zero_grad, forward, backward; the loss."""
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    return closure
+
+
+def _train(logdir, *, compiled=False, stop_at=None, tracked=True, closure=False, **options):
     """Train ``STEPS`` steps with the hidden layer's output poisoned at ``POISONED_STEP``;
-    the reports, the losses, the state before the poisoned step and the error raised."""
+    the reports, the losses, the state before the poisoned step and the error raised.
+    ``closure``: each step is ``optimizer.step(closure)``."""
     net, factor = _poisoned_net()
     model = torch.compile(net) if compiled else net
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
@@ -70,10 +83,13 @@ def _train(logdir, *, compiled=False, stop_at=None, tracked=True, **options):
                 before = _state(net, optimizer)
             else:
                 factor.fill_(1.0)
-            loss = model(x).pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            if closure:
+                loss = optimizer.step(_closure(model, optimizer, x))
+            else:
+                loss = model(x).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
             losses.append(loss.detach().clone())
             if tracker is not None:
                 reports.append(tracker.step())
@@ -120,6 +136,20 @@ def test_raise_stops_before_the_update_without_tracking_weights(tmp_path):
     )
     assert error is not None and (error.report.step, error.report.name) == (7, "hidden")
     assert _bitwise_equal(before, after)
+
+
+@pytest.mark.parametrize("every", [1, 10], ids=["tracked", "untracked"])
+def test_raise_stops_a_step_given_a_closure_before_the_update(tmp_path, every):
+    """``optimizer.step(closure)`` runs its pre-hooks before the closure's forward and
+    backward: the counts are read when the closure returns, before the update."""
+    _, losses, before, after, error = _train(
+        tmp_path, every=every, closure=True, on_nonfinite="raise"
+    )
+    assert error is not None
+    assert (error.report.step, error.report.name) == (POISONED_STEP, "hidden")
+    assert _bitwise_equal(before, after)
+    _, plain, _, _, _ = _train(tmp_path / "plain", closure=True, tracked=False)
+    assert torch.equal(torch.stack(losses), torch.stack(plain[:POISONED_STEP]))
 
 
 @pytest.mark.slow

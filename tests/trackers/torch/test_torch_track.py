@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from tandv_tb.torch import UntrackableTensorWarning, track
+from tests.helpers.reference import assert_record_matches
 from tests.helpers.torch_models import (
     ADAM_TYPES,
     GPT,
@@ -304,6 +306,68 @@ def test_losses_are_bitwise_equal_with_and_without_tracking(tmp_path):
 
     assert losses(True) == losses(False)
     assert len(read_records(str(tmp_path))) > 20 * 100  # tracking did happen
+
+
+def _closure(model: nn.Module, optimizer, x: torch.Tensor, first: dict):
+    """A step's closure: zero_grad, forward, backward; keeps its first call's weight
+    gradients in ``first`` (LBFGS calls it again from other weights)."""
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        if not first:
+            first.update({n: p.grad.numpy().copy() for n, p in model.named_parameters()})
+        return loss
+
+    return closure
+
+
+def _train_with_closure(make_optimizer, keyword: bool, logdir=None):
+    """Four steps of ``optimizer.step(closure)``, tracked into ``logdir`` (if any): each
+    step's loss, the first closure call's gradients of each step, the trained weights."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    optimizer = make_optimizer(model.parameters())
+    tracker = None if logdir is None else track(model, logdir=str(logdir), optimizer=optimizer)
+    losses, gradients = [], []
+    for step in range(4):
+        x = torch.randn(5, 4, generator=torch.Generator().manual_seed(step))
+        first: dict[str, np.ndarray] = {}
+        closure = _closure(model, optimizer, x, first)
+        loss = optimizer.step(closure=closure) if keyword else optimizer.step(closure)
+        losses.append(loss.detach().clone())
+        gradients.append(first)
+        if tracker is not None:
+            tracker.step()
+    if tracker is not None:
+        tracker.close()
+    return losses, gradients, [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("keyword", [False, True], ids=["positional", "keyword"])
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+        lambda ps: torch.optim.Adam(ps, lr=1e-2),
+        lambda ps: torch.optim.LBFGS(ps, lr=0.5, max_iter=3),
+    ],
+    ids=["sgd", "adam", "lbfgs"],
+)
+def test_a_step_given_a_closure_records_its_own_weight_gradients(tmp_path, make_optimizer, keyword):
+    """``optimizer.step(closure)`` runs its pre-hooks before the closure computes the
+    gradients: the ``Weight_Gradient`` of step k are those of batch k (of the closure's
+    first call), equal to a float64 reference; training is bitwise unchanged."""
+    losses, gradients, weights = _train_with_closure(make_optimizer, keyword, tmp_path)
+    records = read_records(str(tmp_path))
+    for step, first in enumerate(gradients):
+        for name, gradient in first.items():
+            assert (name, "Weight_Gradient", step) in records, (name, step)
+            assert_record_matches(records[name, "Weight_Gradient", step].record, gradient)
+    plain_losses, _, plain_weights = _train_with_closure(make_optimizer, keyword)
+    assert all(torch.equal(a, b) for a, b in zip(losses, plain_losses))
+    assert all(torch.equal(a, b) for a, b in zip(weights, plain_weights))
 
 
 def test_close_removes_every_hook_also_on_exception(tmp_path):
