@@ -74,6 +74,7 @@ COMPAT_TORCH := $(COMPAT_COMMON) tests/trackers/torch/test_torch_track.py \
 	tests/trackers/torch/test_torch_attach.py tests/trackers/torch/test_framework_features.py \
 	"tests/trackers/torch/test_torch_compile.py::test_nanogpt_trains_bitwise_unchanged_with_one_graph_per_variant"
 COMPAT_JAX := $(COMPAT_COMMON) tests/trackers/jax/test_jax_track.py \
+	tests/trackers/jax/test_jax_track_optimizers.py \
 	tests/trackers/jax/test_jax_attach.py tests/trackers/jax/test_jax_nnx.py \
 	tests/trackers/jax/test_framework_features.py
 

@@ -182,7 +182,7 @@ class CompiledTracking:
         Never from the step's memo (``reuse=False``): inductor writes a later value into a
         buffer nothing reads any more, with its own kernels, so the tensor object and its
         version counter stay the same (``out = fc2(h) + bias`` arrives as the tensor of
-        ``fc2(h)`` handed over before; tests/trackers/torch/test_torch_compile.py)."""
+        ``fc2(h)`` handed over before; tests/trackers/torch/test_torch_compile_watch.py)."""
         self.ran = True
         try:
             self._orders.module(name, tensor_type)  # placed as it runs, as the hooks do

@@ -11,8 +11,8 @@ touches torch).
 - **Tracking inside ``torch.compile``** (``hooks_in_graph``): needs that effect, and a
   dynamo that traces the tracker's hooks, ``attach`` and the gradient hand-over into the
   model's graph with no graph break. Measured (docs/support.md): torch 2.11's dynamo stops
-  on them with an internal error; 2.12.0 passes tests/trackers/torch/test_torch_compile.py
-  and test_graph_capture.py with them in the graph. No attribute tells the two apart, so
+  on them with an internal error; 2.12.0 passes tests/trackers/torch/test_torch_compile*.py
+  and test_graph_capture*.py with them in the graph. No attribute tells the two apart, so
   this one compares versions (``packaging.version``). Below it,
   compiled code hands nothing over: the compiled modules' activations and gradients are
   not recorded, everything else is, and ``compiled_tracking_lacking`` says so once.

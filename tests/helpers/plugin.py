@@ -142,9 +142,11 @@ TYPES = {
     "Optimiser_State.exp_avg": ("float16", (), 7),
 }
 LAYERS = ("embed", "blocks.0.attn", "blocks.0.mlp", "blocks.1.attn", "<img src=x onerror=1>")
+#: The steps ``write_logdir`` writes unless told otherwise (the route tests' logdir).
+STEPS = 40
 
 
-def write_logdir(root: Path, steps: int = 40, seed: int = 0) -> Layout:
+def write_logdir(root: Path, steps: int = STEPS, seed: int = 0) -> Layout:
     """Two runs (``alpha`` with scalars written by a PyTorch SummaryWriter into the same
     file, ``nested/beta``), every type of ``TYPES``, sampled steps, empty and non-finite
     records."""
