@@ -149,14 +149,17 @@ class Tracker(TrackerBase):
         ``NonFiniteError``; else return the report so far. Nothing (None) under another
         policy, or once the step is stopped.
 
-        The optimizer's step calls it before it updates anything. A trainer whose
-        optimizer hook fires before the step's forward (Lightning runs the forward and
-        backward inside ``optimizer.step(closure)``) calls it once the backward is done.
+        The weight gradients the update would use are taken first (once a step), so that
+        they are checked too. The optimizer's step calls it before it updates anything (a
+        step given a closure, when the closure first returns). A trainer calls it once the
+        backward is done, where it acts on the stop in its own way (Lightning's
+        ``on_before_optimizer_step``, inside the closure).
         """
         if not self._policy.stops_before_update or self._stopped is not None:
             return None
         if self._ranks_lost or self._closed:
             return None
+        self._take_weight_gradients()
         try:
             return self._stop_if_nonfinite()
         except RanksLost as error:
@@ -210,11 +213,15 @@ class Tracker(TrackerBase):
         ``on_nonfinite="raise"`` stop before it uses them where the step holds NaN/Inf."""
         if self._stopped is not None:  # the trainer stopped this step: nothing to take
             return
-        if self._track_weights:
+        self._take_weight_gradients()
+        self.stop_if_nonfinite()
+
+    def _take_weight_gradients(self) -> None:
+        """Take the weight gradients there are now, once a step."""
+        if self._track_weights and not self._gradients_read:
             gradients = self._parameters.gradients(self._selected)
             self._tensors.take_parameters(self._parameters, gradients)
             self._gradients_read = True
-        self.stop_if_nonfinite()
 
     def _parameter_tensors(self):
         """The parameters' tensors ``step()`` reads: the weight gradients the optimizer

@@ -26,7 +26,25 @@ def _finite(tensors) -> bool:
     return all(torch.isfinite(t).all() for t in tensors if t.is_floating_point())
 
 
-def test_lightning_stops_before_the_update(tmp_path):
+def _poison_gradient(parameter: torch.Tensor, poisoned: list[bool]) -> None:
+    """Multiply ``parameter``'s gradient by inf while ``poisoned[0]``: only it holds Inf."""
+    parameter.register_hook(lambda grad: grad * math.inf if poisoned[0] else grad)
+
+
+# Where the NaN/Inf is made, and the first tensor recorded holding it (type, name).
+LIGHTNING_POISONS = {
+    "activation": (lambda model, poisoned: _poison(model.net[0], poisoned), "Activation", "net.0"),
+    # Read by the callback's check inside Lightning's closure, before the optimizer's.
+    "weight gradient only": (
+        lambda model, poisoned: _poison_gradient(model.net[2].weight, poisoned),
+        "Weight_Gradient",
+        "net.2.weight",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", list(LIGHTNING_POISONS))
+def test_lightning_stops_before_the_update(tmp_path, where):
     import lightning.pytorch as L
 
     from tandv_tb.lightning import NumericsCallback
@@ -34,7 +52,8 @@ def test_lightning_stops_before_the_update(tmp_path):
 
     model = Regression()
     poisoned = [False]
-    _poison(model.net[0], poisoned)
+    poison, first_type, first_name = LIGHTNING_POISONS[where]
+    poison(model, poisoned)
     weights: dict[int, list[torch.Tensor]] = {}
 
     class Watcher(L.Callback):
@@ -61,7 +80,7 @@ def test_lightning_stops_before_the_update(tmp_path):
         enable_model_summary=False,
         limit_val_batches=0,
     )
-    with pytest.warns(UserWarning, match=f"step {POISONED_STEP}.*'net.0'.*the fit stops"):
+    with pytest.warns(UserWarning, match=f"step {POISONED_STEP}.*'{first_name}'.*the fit stops"):
         trainer.fit(model, data())
     # It stopped at the poisoned step, whose update was skipped.
     assert trainer.should_stop
@@ -70,7 +89,7 @@ def test_lightning_stops_before_the_update(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(after, weights[POISONED_STEP]))
     (stopped,) = read_nonfinite(trainer.logger.log_dir)
     assert stopped.step == POISONED_STEP and stopped.stopped
-    assert (stopped.entries[0].tensor_type, stopped.entries[0].name) == ("Activation", "net.0")
+    assert (stopped.entries[0].tensor_type, stopped.entries[0].name) == (first_type, first_name)
     saved = sorted(checkpoints.glob("*.ckpt"))
     assert saved, "ModelCheckpoint saved nothing"
     for path in saved:
