@@ -20,10 +20,14 @@ pairs' ratios, in wall time and in the process's CPU time: neighbouring steps se
 same machine load, which a busy shared machine changes faster than windows of steps can
 follow.
 
+``--raise`` runs only plain training and ``every=10`` and untracked steps under
+``on_nonfinite="record"`` and ``"raise"`` (the call's counts read when ``intercept``
+returns, before the new state is handed back).
+
 ``--kernels`` first times one array's statistics inside ``jax.jit`` (``kernels``).
 
 Run: ``.venv/bin/python bench/overhead_jax.py [--rounds N] [--window STEPS] [--watch]
-[--pairs N] [--kernels]``
+[--raise] [--pairs N] [--kernels]``
 """
 
 from __future__ import annotations
@@ -148,8 +152,16 @@ WATCH_VARIANTS = {
     "untracked steps, no watch": dict(every=10**9, watch_nonfinite=False),
 }
 
+RAISE_VARIANTS = {
+    f"{what}, {policy}": dict(every=every, on_nonfinite=policy)
+    for what, every in (("track every=10", 10), ("untracked steps", 10**9))
+    for policy in ("record", "raise")
+}
 
-def overhead(rounds: int, window: int = 10, watch_only: bool = False) -> dict[str, float]:
+
+def overhead(
+    rounds: int, window: int = 10, watch_only: bool = False, raise_only: bool = False
+) -> dict[str, float]:
     """Median step time of each variant over windows of ``window`` steps (10 for
     ``every=10``, each window holding one tracked step). The variants take turns, one
     window each per round, so that a change in the machine's load hits them all alike;
@@ -161,14 +173,19 @@ def overhead(rounds: int, window: int = 10, watch_only: bool = False) -> dict[st
         "pytrees only, every step": dict(every=1, outputs=False),
     }
     variants = {**({} if watch_only else variants), **WATCH_VARIANTS}
+    if raise_only:
+        variants = RAISE_VARIANTS
     steps: dict[str, tuple[Callable[[], None], int]] = {"plain": (training.plain, window)}
     times: dict[str, list[float]] = {"plain": []}
     with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
         for label, options in variants.items():
             options = dict(options)
             every, watch = options.pop("every"), options.pop("watch_nonfinite", True)
+            policy = options.pop("on_nonfinite", "record")
             run = f"{logdir}/{len(steps)}"
-            tracker = stack.enter_context(track(logdir=run, every=every, watch_nonfinite=watch))
+            tracker = stack.enter_context(
+                track(logdir=run, every=every, watch_nonfinite=watch, on_nonfinite=policy)
+            )
             step = functools.partial(training.tracked, tracker, **options)
             steps[label] = (step, 10 if every == 10 else window)
             times[label] = []
@@ -250,6 +267,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=10, help="steps per window")
     parser.add_argument("--kernels", action="store_true", help="also time the kernels alone")
     parser.add_argument("--watch", action="store_true", help="only the watch's variants")
+    parser.add_argument(
+        "--raise", dest="raise_", action="store_true", help='time on_nonfinite="raise"'
+    )
     parser.add_argument("--pairs", type=pair_count, default=0, help="time N >= 2 pairs of steps")
     args = parser.parse_args()
     if args.kernels:
@@ -264,7 +284,7 @@ def main() -> None:
             print(f"{label:40s} median {median:.3f}x of the plain step before it "
                   f"(quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} pairs)")  # fmt: skip
         return
-    results = overhead(args.rounds, args.window, watch_only=args.watch)
+    results = overhead(args.rounds, args.window, watch_only=args.watch, raise_only=args.raise_)
     plain = results["plain"]
     for name, seconds in results.items():
         print(f"{name:40s} {seconds * 1000:9.1f} ms  {seconds / plain:6.2f}x")
