@@ -193,7 +193,7 @@ class CompiledTracking:
             self._recorder.skip(name, tensor_type, f"{type(error).__name__}: {error}")
 
     def check_step(self, step: int) -> None:
-        """At the end of a tracked step, before the recorder is drained: at the first, drop
+        """At the end of a tracked step, before its statistics are fetched: at the first, drop
         code that predates the hooks (``_check_stale``); after a compiled step, say which
         of the model's own outputs got no gradient (``_check_root_gradients``)."""
         if not self._stale_checked:
