@@ -19,6 +19,14 @@ from jax.sharding import PartitionSpec
 from tandv_tb.stats import engine, jax_kernel
 from tandv_tb.stats.engine import Pending
 
+# ``Pending`` as a jax pytree, its device vectors the leaves: the jitted program of
+# ``start`` returns the engine's own results.
+jax.tree_util.register_dataclass(
+    Pending,
+    data_fields=["counts", "moments"],
+    meta_fields=["dtype", "formats", "ready", "packed", "offset"],
+)
+
 
 def _explicit_mesh(x: jax.Array):
     """The abstract mesh of ``x`` when some of its axes are explicit, else None."""

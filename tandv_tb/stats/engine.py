@@ -210,21 +210,7 @@ def compute_many(
     return pending
 
 
-@functools.cache
-def _pending_as_pytree() -> None:
-    """Make ``Pending`` a jax pytree, its device vectors the leaves, so that a jitted
-    program (``tandv_tb.jax.array_stats``) returns the engine's own results."""
-    import jax
-
-    jax.tree_util.register_dataclass(
-        Pending,
-        data_fields=["counts", "moments"],
-        meta_fields=["dtype", "formats", "ready", "packed", "offset"],
-    )
-
-
 def _compute_jax(array, formats: tuple[str, ...], threads: int | None) -> Pending:
-    _pending_as_pytree()
     dtype = float_dtype_name(array.dtype)
     row_length = _row_length(array)
     kernel = _kernel_choice.jax_kernel(array)

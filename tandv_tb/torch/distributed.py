@@ -143,12 +143,10 @@ class RankCombiner:
         this at the same steps (``tracker.step()`` on every rank).
         """
         apart = {Spread.UNTOLD} if tensor_parallel else set()
-        spread = {id(e): spreads.get((e.name, e.tensor_type), Spread.PIECE) for e, _ in results}
-        kept = [(self._placed(e), s) for e, s in results if self._kept(spread[id(e)])]
+        told = [(e, s, spreads.get((e.name, e.tensor_type), Spread.PIECE)) for e, s in results]
+        kept = [(self._placed(e), s) for e, s, spread in told if self._kept(spread)]
         local = {
-            self._key(e, spread[id(e)] in apart): (e, s)
-            for e, s in results
-            if not self._kept(spread[id(e)])
+            self._key(e, spread in apart): (e, s) for e, s, spread in told if not self._kept(spread)
         }
         if not self._layout:  # the first call, on every rank alike
             self._extend(local)
